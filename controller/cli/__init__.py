@@ -1,0 +1,55 @@
+"""`fabriclab` command line: the composition root that ties files, the routing core and (later) the
+controller and emulator together.
+
+Bad input of any kind ends in one line on stderr naming file, line and field, and exit code 2; a traceback
+only with --debug.  A routing that fails verification exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from controller.cli import route as route_cmd
+from controller.cli import topo as topo_cmd
+from controller.cli.common import CliError
+from controller.sm.engines.base import UnknownEngine
+from topologies.errors import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fabriclab",
+        description="AI-cluster fabric controller and testbed: topologies, routing, verification.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    topo_cmd.register(commands)
+    route_cmd.register(commands)
+    engines = commands.add_parser("engines", help="list routing engines")
+    engines.set_defaults(handler=route_cmd.list_engines)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.handler(args)
+        return result
+    except (InputError, CliError, UnknownEngine) as exc:
+        if args.debug:
+            raise
+        print(f"fabriclab: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:  # e.g. `fabriclab ... | head`
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Routing engines (OpenSM's names and intents) and their registry."""
+
+from __future__ import annotations
+
+from controller.sm.engines.base import EngineRegistry, RoutingEngine, UnknownEngine
+from controller.sm.engines.ftree import FatTreeEngine
+from controller.sm.engines.minhop import MinHopEngine
+from controller.sm.engines.sssp import SsspEngine
+from controller.sm.engines.updn import UpDownEngine
+
+
+def default_registry() -> EngineRegistry:
+    """The engines fabriclab ships, registered explicitly in the order they are listed to users."""
+    registry = EngineRegistry()
+    for engine in (MinHopEngine, UpDownEngine, FatTreeEngine, SsspEngine):
+        registry.register(engine)
+    return registry
+
+
+__all__ = [
+    "EngineRegistry",
+    "FatTreeEngine",
+    "MinHopEngine",
+    "RoutingEngine",
+    "SsspEngine",
+    "UnknownEngine",
+    "UpDownEngine",
+    "default_registry",
+]

@@ -1,0 +1,68 @@
+"""Pieces shared by engines: the equal-cost candidate sets and OpenSM-style local port balancing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from controller.sm.paths import blocks
+from controller.sm.subnet import NO_PORT, U8, Bool, Subnet
+
+MaskFn = Callable[[npt.NDArray[np.intp]], Bool]
+
+
+def alternatives(subnet: Subnet, mask_of: MaskFn) -> U8:
+    """Packed candidate bits alt[s, t, :] for every switch pair, computed a block of rows at a time."""
+    n, width = subnet.n_switches, subnet.n_ports
+    nbytes = (width + 7) // 8
+    alt = np.zeros((n, n, nbytes), dtype=np.uint8)
+    for rows in blocks(n, width):
+        alt[rows] = np.packbits(mask_of(rows), axis=2)
+    return alt
+
+
+class TargetMasks:
+    """Unpacks alt[:, t, :] once per destination switch (destinations are visited grouped by switch)."""
+
+    def __init__(self, subnet: Subnet, alt: U8) -> None:
+        self.alt = alt
+        self.width = subnet.n_ports
+        self._target = -1
+        self._mask: Bool = np.zeros((subnet.n_switches, self.width), dtype=bool)
+
+    def __call__(self, target: int) -> Bool:
+        if target != self._target:
+            self._mask = np.unpackbits(self.alt[:, target, :], axis=1, count=self.width).astype(bool)
+            self._target = target
+        return self._mask
+
+
+def destination_order(subnet: Subnet) -> npt.NDArray[np.intp]:
+    """Destinations in LID order, but grouped so that each destination switch's LIDs come together (the
+    masks are unpacked once per switch).  Within a switch, LID order is kept."""
+    return np.lexsort((subnet.dest_lids, subnet.dest_switch)).astype(np.intp)
+
+
+def balance_locally(subnet: Subnet, alt: U8, lft: U8) -> None:
+    """OpenSM's minhop port choice: for each destination in LID order, every switch takes the candidate port
+    that already carries the fewest destinations (lowest port number on ties).  Vectorised over switches.
+
+    Processing LIDs strictly in order matters for the result (counts evolve), so the loop runs over LIDs;
+    the masks are cached per destination switch, consecutive host LIDs usually share one.
+    """
+    n, width = subnet.n_switches, subnet.n_ports
+    counts = np.zeros((n, width), dtype=np.int32)
+    big = np.int32(np.iinfo(np.int32).max)
+    rows = np.arange(n)
+    masks = TargetMasks(subnet, alt)
+    for lid, target in zip(subnet.dest_lids.tolist(), subnet.dest_switch.tolist(), strict=True):
+        mask = masks(target)
+        choice = np.where(mask, counts, big).argmin(axis=1)
+        routed = mask[rows, choice]
+        counts[rows, choice] += routed
+        lft[:, lid] = np.where(routed, choice, NO_PORT)
+
+
+__all__ = ["TargetMasks", "alternatives", "balance_locally", "destination_order"]

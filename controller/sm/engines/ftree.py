@@ -1,0 +1,227 @@
+"""ftree: fat-tree routing, congestion-free for shift permutations, robust to missing links and switches.
+
+The idea is OpenSM's ftree / D-mod-k (Zahavi et al.): destinations are numbered leaf by leaf; at every level
+a switch spreads destinations over its up ports by successive "digits" of that number, so the k/2 hosts of a
+leaf sending to k/2 consecutive destinations never share an uplink, and every destination is reached through
+exactly one top switch.  For a shift permutation (host i -> host i+s) that means at most one flow per link.
+
+What makes it work on real fabrics, not just generated ones:
+
+* Levels come from the cabling (see `orientation`): leaves are switches with hosts, roots the top tier.
+* Ports are not chosen by number.  A switch's candidate ports are the up*/down* next hops that still reach
+  the destination, ordered by the position of the switch at the far end; positions are assigned top-down
+  (roots by GUID, each lower switch after its first parent), so "the j-th uplink" means the same plane of
+  the tree on every leaf, whatever the port numbering or GUIDs.
+* The digit names an uplink; when that uplink cannot reach the destination any more (links or switches
+  missing), the next digit, offset per switch, picks among the uplinks that can.  Every destination stays
+  reachable, balance is best effort, and only the destinations that used a failed part move — a failure
+  changes few entries, which keeps incremental updates small.  A pure formula over port numbers would send
+  traffic into dead ports.
+* Parallel links are candidates like any others, and descending routes pick the parallel link with the
+  same digit as the ascending one, so flows stay spread over them.
+
+Everything is computed for blocks of switches over all destinations with numpy; no per-entry Python loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from controller.sm.engines.base import RoutingEngine
+from controller.sm.orientation import Orientation, orient
+from controller.sm.paths import UpDownCandidates, blocks
+from controller.sm.subnet import I64, INF, NO_PORT, Bool, Subnet
+from controller.sm.tables import RoutingTables, new_lft, set_local_routes
+
+_DIV_CAP = 1 << 30
+
+
+def switch_positions(subnet: Subnet, o: Orientation) -> I64:
+    """Top-down order of switches: roots by GUID, then each rank by (first parent's position, GUID)."""
+    n = subnet.n_switches
+    pos = np.full(n, n, dtype=np.int64)
+    far = np.where(subnet.nbr >= 0, subnet.nbr, n)
+    next_pos = 0
+    for r in range(int(o.rank.max(initial=0)) + 1):
+        members = np.flatnonzero(o.rank == r)
+        if r == 0:
+            parent = np.zeros(members.size, dtype=np.int64)
+        else:
+            padded = np.append(pos, n)
+            parent = np.where(o.ud.up[members], padded[far[members]], n).min(axis=1)
+        order = members[np.lexsort((subnet.switch_guids[members], parent))]
+        pos[order] = np.arange(next_pos, next_pos + order.size)
+        next_pos += order.size
+    return pos
+
+
+def port_order(subnet: Subnet, pos: I64) -> npt.NDArray[np.intp]:
+    """Per switch, its ports sorted by (position of the switch behind, port number); non-switch ports last."""
+    n, width = subnet.n_switches, subnet.n_ports
+    far_pos = np.where(subnet.nbr >= 0, np.append(pos, n)[np.where(subnet.nbr >= 0, subnet.nbr, n)], n + 1)
+    ports = np.broadcast_to(np.arange(width), (n, width))
+    return np.lexsort((ports, far_pos), axis=1).astype(np.intp)
+
+
+def digit_divisors(subnet: Subnet, o: Orientation) -> I64:
+    """div[r]: the destination number is divided by this before taking it modulo the candidate count at
+    rank r — the product of the usual up-port counts of the ranks below (D-mod-k's radix)."""
+    ranks = int(o.rank.max(initial=0))
+    up_count = o.ud.up.sum(axis=1)
+    div = np.ones(ranks + 2, dtype=np.int64)
+    for r in range(ranks - 1, -1, -1):
+        counts = up_count[(o.rank == r + 1) & (up_count > 0)]
+        radix = 1
+        if counts.size:
+            values, freq = np.unique(counts, return_counts=True)
+            radix = int(values[freq == freq.max()].max())
+        div[r] = min(int(div[r + 1]) * radix, _DIV_CAP)
+    return div
+
+
+def destination_numbers(subnet: Subnet) -> I64:
+    """Number destinations leaf by leaf: leaves ordered by their lowest host LID, hosts by LID; switch LIDs
+    after all hosts.  With hosts numbered like the shift pattern (by LID), consecutive hosts share a leaf."""
+    n_dest = subnet.dest_lids.size
+    is_host = subnet.dest_is_host
+    switch = subnet.dest_switch.astype(np.int64)
+    first_lid = np.full(subnet.n_switches, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_lid, switch[is_host], subnet.dest_lids[is_host].astype(np.int64))
+    group = np.where(is_host, 0, 1)
+    order = np.lexsort((subnet.dest_lids, first_lid[switch], group))
+    number = np.empty(n_dest, dtype=np.int64)
+    number[order] = np.arange(n_dest)
+    return number
+
+
+def _candidate_tables(
+    mask: Bool, descending: Bool, port_rank: npt.NDArray[np.intp], divisors: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8], npt.NDArray[np.int32], npt.NDArray[np.int32], int]:
+    """Distinct (switch, phase, candidate set) triples of a block, so per-destination work is table lookups.
+
+    Returns uid[b, t] naming the triple of switch b toward switch t, and per triple: its candidate ports in
+    the switch's preference order (`ports[u * most + i]`, NO_PORT past the end), their count and the digit
+    divisor.  A switch has only a few distinct candidate sets (all uplinks, one downlink per child...).
+    """
+    b, t, width = mask.shape
+    packed = np.packbits(mask, axis=2)
+    header = np.empty((b, t, 3), dtype=np.uint8)
+    header[:, :, 0] = (np.arange(b) >> 8)[:, None]
+    header[:, :, 1] = (np.arange(b) & 0xFF)[:, None]
+    header[:, :, 2] = descending
+    rows = np.ascontiguousarray(np.concatenate([header, packed], axis=2).reshape(b * t, -1))
+    nbytes = rows.shape[1]
+    unique, inverse = np.unique(rows.view(np.dtype((np.void, nbytes))).ravel(), return_inverse=True)
+    raw = unique.view(np.uint8).reshape(-1, nbytes)
+    owner = (raw[:, 0].astype(np.intp) << 8) | raw[:, 1]
+    phase = raw[:, 2].astype(np.intp)
+    bits = np.unpackbits(raw[:, 3:], axis=1, count=width).astype(bool)
+    count = bits.sum(axis=1)
+    most = max(int(count.max(initial=0)), 1)
+    preference = np.where(bits, port_rank[owner], width + 1)
+    ports = np.argsort(preference, axis=1, kind="stable")[:, :most].astype(np.uint8)
+    ports[np.arange(most)[None, :] >= count[:, None]] = NO_PORT
+    return (
+        inverse.reshape(b, t).astype(np.int32),
+        ports.reshape(-1),
+        count.astype(np.int32),
+        divisors[owner, phase].astype(np.int32),
+        most,
+    )
+
+
+class FatTreeEngine(RoutingEngine):
+    name = "ftree"
+    summary = "fat-tree (D-mod-k) routing; shift-congestion-free on full fat-trees and rail fabrics"
+    deadlock_free = "trees (any topology when it falls back to a single root)"
+
+    def route(self, subnet: Subnet) -> RoutingTables:
+        o = orient(subnet, "exclude")
+        pos = switch_positions(subnet, o)
+        order = port_order(subnet, pos)
+        div = digit_divisors(subnet, o)
+        number = destination_numbers(subnet)
+        n, width = subnet.n_switches, subnet.n_ports
+        lft = new_lft(subnet)
+        alt = np.zeros((n, n, (width + 7) // 8), dtype=np.uint8)
+        target = subnet.dest_switch.astype(np.intp)
+        lids = subnet.dest_lids.astype(np.intp)
+        number32 = number.astype(np.int32)
+        port_rank = np.empty_like(order)
+        np.put_along_axis(port_rank, order, np.broadcast_to(np.arange(width), order.shape), axis=1)
+        # Uplinks of each switch in preference order: the "j-th uplink" of the digit rule.
+        up_in_order = np.take_along_axis(o.ud.up, order, axis=1)
+        up_sorted = np.take_along_axis(order, np.argsort(~up_in_order, axis=1, kind="stable"), axis=1)
+        n_up = o.ud.up.sum(axis=1).astype(np.int64)
+        leaf_target = subnet.has_hosts[None, :]
+        candidates = UpDownCandidates(subnet, o.ud, o.hops)
+        for rows in blocks(n, width):
+            mask = candidates(rows)  # (B, T, P), real port numbers
+            alt[rows] = np.packbits(mask, axis=2)
+            rank = o.rank[rows].astype(np.intp)
+            divisors = np.stack([div[rank], div[rank + 1]], axis=1)  # per row: [ascending, descending]
+            descending = o.ud.down_dist[rows] != INF
+            uid, ports, count, divisor, most = _candidate_tables(mask, descending, port_rank[rows], divisors)
+            u = uid[:, target]  # (B, D)
+            pick = (number32[None, :] // divisor[u]) % np.maximum(count[u], 1)
+            chosen = ports[u * most + pick]
+            up_count = n_up[rows]
+            # (B, T): climbing toward a leaf, but some uplink cannot reach it (in an intact tree all can)
+            degraded = ~descending & leaf_target & (o.ud.dist[rows] != INF) & (count[uid] < up_count[:, None])
+            if degraded.any():
+                chosen = self._degraded(
+                    chosen,
+                    degraded[:, target],
+                    mask,
+                    rows,
+                    target,
+                    number,
+                    div[rank],
+                    up_count,
+                    up_sorted[rows],
+                    pos[rows],
+                    ports,
+                    u,
+                    count,
+                    most,
+                )
+            lft[rows[0] : rows[-1] + 1, lids] = chosen
+        set_local_routes(lft, subnet)
+        return RoutingTables(self.name, subnet, lft, alt, o.describe(subnet))
+
+    @staticmethod
+    def _degraded(
+        chosen: npt.NDArray[np.uint8],
+        degraded: Bool,
+        mask: Bool,
+        rows: npt.NDArray[np.intp],
+        target: npt.NDArray[np.intp],
+        number: I64,
+        divisor: I64,
+        up_count: I64,
+        up_sorted: npt.NDArray[np.intp],
+        pos: I64,
+        ports: npt.NDArray[np.uint8],
+        u: npt.NDArray[np.int32],
+        count: npt.NDArray[np.int32],
+        most: int,
+    ) -> npt.NDArray[np.uint8]:
+        """Entries climbing from a switch where some uplink no longer leads to the destination.
+
+        The digit still names the uplink it would in the intact tree, and keeps it if it still works, so
+        destinations that did not use the failed part keep their routes.  The others take the next digit,
+        offset by the switch's position so that different switches spread one destination's flows over the
+        remaining uplinks instead of all moving to the same one.
+        """
+        up = np.maximum(up_count, 1)
+        digit = (number[None, :] // divisor[:, None]) % up[:, None]
+        preferred = np.take_along_axis(up_sorted, digit.astype(np.intp), axis=1)
+        usable = mask[np.arange(rows.size)[:, None], target[None, :], preferred]
+        second = number[None, :] // np.minimum(divisor * up, _DIV_CAP)[:, None] + pos[:, None]
+        fallback = ports[u * most + second % np.maximum(count[u], 1)]
+        repaired = np.where(usable, preferred, fallback).astype(np.uint8)
+        return np.where(degraded, repaired, chosen)
+
+
+__all__ = ["FatTreeEngine", "destination_numbers", "digit_divisors", "port_order", "switch_positions"]
