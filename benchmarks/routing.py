@@ -6,9 +6,8 @@ its own: the peak resident set is reset (/proc/self/clear_refs) after the fabric
 "routing step"); building the fabric and compiling it into arrays (`prepare_s`, OpenSM's discovery) is
 reported apart.
 
-OpenSM 3.3.23 reference times for the same fabrics, measured earlier on this kind of machine, are included
-with the ratio `opensm_ref_s / route_s`.  With --opensm the real OpenSM is run on ibsim in the same
-benchmark run (needs the Debian packages opensm and ibsim-utils; see benchmarks/opensm_baseline.py).
+OpenSM 3.3.23 reference times for the same fabrics, measured earlier on this kind of machine (the
+foundation issue's figures), are included with the ratio `opensm_ref_route_s / route_s`.
 
     python benchmarks/routing.py                 # everything (a few minutes)
     python benchmarks/routing.py --quick         # k <= 16 and the small fabrics
@@ -23,7 +22,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -150,41 +148,12 @@ def _subprocess(case: str, engine: str, max_shifts: int | None) -> dict[str, Any
     return result
 
 
-def _opensm_rows(cases: list[str], engines: list[str]) -> list[dict[str, Any]]:
-    """Run the real OpenSM on ibsim for the same fabrics (same run, same machine)."""
-    from benchmarks.opensm_baseline import run_opensm  # noqa: PLC0415 - optional, needs Debian packages
-    from topologies.ibnet import dump_ibnet  # noqa: PLC0415
-
-    rows = []
-    for case in cases:
-        fabric = CASES[case]()
-        with tempfile.TemporaryDirectory(prefix="fabriclab-opensm-") as tmp:
-            net = Path(tmp) / f"{case}.net"
-            net.write_text(dump_ibnet(fabric))
-            for engine in engines:
-                try:
-                    result = run_opensm(net, engine, Path(tmp) / engine)
-                except Exception as exc:  # report and go on with the other cases
-                    rows.append({"case": case, "engine": engine, "opensm_error": str(exc)})
-                    continue
-                rows.append(
-                    {
-                        "case": case,
-                        "engine": engine,
-                        "opensm_route_s": result.get("route_s"),
-                        "opensm_engine_used": result.get("engine_used"),
-                    }
-                )
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", help=f"comma-separated subset of: {', '.join(CASES)}")
     parser.add_argument("--engines", help="comma-separated subset of the engines")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     parser.add_argument("--max-shifts", type=int, default=None)
-    parser.add_argument("--opensm", action="store_true", help="also run the real OpenSM on ibsim")
     parser.add_argument("--worker", nargs=2, metavar=("CASE", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -212,10 +181,6 @@ def main(argv: list[str] | None = None) -> int:
         "shift_sampling": f"all shifts up to {SHIFT_SAMPLE_ABOVE} hosts, else {SHIFT_SAMPLES} evenly spread",
         "results": rows,
     }
-    if args.opensm:
-        report["opensm"] = _opensm_rows(
-            cases, [e for e in engines if e in ("ftree", "sssp", "minhop", "updn")]
-        )
     print(json.dumps(report, indent=2))
     return 0
 

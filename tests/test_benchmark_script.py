@@ -1,0 +1,28 @@
+"""The routing benchmark keeps working (its figures are produced by running it, not by tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def test_routing_benchmark_runs_and_reports_json() -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/routing.py", "--cases", "ft8", "--engines", "ftree,minhop"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    rows = {row["engine"]: row for row in report["results"]}
+    assert set(rows) == {"ftree", "minhop"}
+    for row in rows.values():
+        assert row["verified"] and row["deadlock_free_1vl"] and row["hosts"] == 128
+        assert row["route_s"] > 0 and row["shifts_evaluated"] == 127
+    assert rows["ftree"]["shift_worst_max_flows"] == 1
+    assert rows["minhop"]["all_to_all_max_over_mean"] > rows["ftree"]["all_to_all_max_over_mean"]
