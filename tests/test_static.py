@@ -17,9 +17,9 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_lint_and_format() -> None:
-    lint = _run(sys.executable, "-m", "ruff", "check", ".")
+    lint = _run(sys.executable, "-m", "ruff", "check", "--no-cache", ".")
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    fmt = _run(sys.executable, "-m", "ruff", "format", "--check", ".")
+    fmt = _run(sys.executable, "-m", "ruff", "format", "--no-cache", "--check", ".")
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 

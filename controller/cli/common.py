@@ -6,9 +6,8 @@ import re
 import sys
 from pathlib import Path
 
-from topologies.ibnet import load_ibnet
-
 from topologies.errors import TopologyError
+from topologies.ibnet import load_ibnet
 from topologies.loader import load_topology
 from topologies.model import Fabric
 

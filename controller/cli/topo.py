@@ -8,11 +8,10 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from topologies.ibnet import dump_ibnet, load_ibnet
-
 from controller.cli.common import load_fabric, write_text
 from topologies.checks import check_fabric
 from topologies.generators import generate
+from topologies.ibnet import dump_ibnet, load_ibnet
 from topologies.loader import dump_yaml
 
 
