@@ -7,6 +7,8 @@ CLI can print one line and exit 2, and the REST layer can answer 422 with the sa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class InputError(ValueError):
     """Bad input.  `str()` gives `file:line: field: message` with the parts that are known."""
@@ -37,6 +39,16 @@ class InputError(ValueError):
             where = f"line {self.line}: "
         field = f"{self.field}: " if self.field else ""
         return f"{where}{field}{self.message}"
+
+
+def read_input_file(path: str | Path, error: type[InputError] = InputError) -> str:
+    """A user's text file, or one located error saying why it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise error("not a text file (UTF-8 expected)", file=str(path)) from None
 
 
 class TopologyError(InputError):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topologies.checks import Locator, check_fabric
-from topologies.errors import TopologyError
+from topologies.errors import TopologyError, read_input_file
 from topologies.model import MAX_PORTS, Fabric, Link, Node, NodeKind, PortRef
 
 #: Per-lane signalling rate in Gb/s by InfiniBand speed name (FDR is 14.0625 nominal; 14 as OpenSM prints).
@@ -256,14 +256,7 @@ def _links(
 
 
 def load_ibnet(path: str | Path, name: str | None = None, default_bw_gbps: float = 10.0) -> Fabric:
-    file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TopologyError(f"cannot read: {exc.strerror or exc}", file=file) from None
-    except UnicodeDecodeError:
-        raise TopologyError("not a text file (UTF-8 expected)", file=file) from None
-    return parse_ibnet(text, file, default_bw_gbps, name)
+    return parse_ibnet(read_input_file(path, TopologyError), str(path), default_bw_gbps, name)
 
 
 def dump_ibnet(fabric: Fabric, header: str | None = None) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from topologies.checks import Locator, check_fabric
-from topologies.errors import InputError, TopologyError
+from topologies.errors import InputError, TopologyError, read_input_file
 from topologies.generators import generate
 from topologies.model import Fabric, Link, Node, NodeKind, PortRef, guid_from_name
 from topologies.schema import TopologyKeys, TopologySpec
@@ -41,14 +41,7 @@ class _YamlLocator(Locator):
 
 def load_topology(path: str | Path) -> Fabric:
     """Read and validate a topology file."""
-    file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TopologyError(f"cannot read: {exc.strerror or exc}", file=file) from None
-    except UnicodeDecodeError:
-        raise TopologyError("not a text file (UTF-8 expected)", file=file) from None
-    return parse_topology(text, file)
+    return parse_topology(read_input_file(path, TopologyError), str(path))
 
 
 def parse_topology(text: str, file: str = "<topology>") -> Fabric:

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from controller.sm.paths import multi_source_distances
 from controller.sm.subnet import F64, I64, NO_PORT, Subnet
 from controller.sm.tables import RoutingTables
-from controller.sm.walk import ARRIVED, column_blocks, follow
+from controller.sm.walk import ARRIVED, follow_hosts
 
 
 @dataclass(frozen=True)
@@ -86,12 +86,8 @@ def all_to_all_load(tables: RoutingTables) -> F64:
     ids, count = channel_index(subnet)
     load = np.zeros(count + 1, dtype=np.float64)
     sources = subnet.hosts_per_switch.astype(np.float64)
-    host_cols = np.flatnonzero(subnet.dest_is_host)
-    for block in column_blocks(subnet):
-        cols = np.intersect1d(block, host_cols)
-        if cols.size == 0:
-            continue
-        result = follow(subnet, tables.lft, cols)
+    for result in follow_hosts(subnet, tables.lft):
+        cols = result.cols
         width = cols.size
         flows = np.repeat(sources[:, None], width, axis=1)
         targets = subnet.dest_switch[cols]
@@ -123,10 +119,7 @@ def shift_report(tables: RoutingTables, max_shifts: int | None = None, batch: in
     shifts = np.arange(1, n, dtype=np.int64)
     if max_shifts is not None and shifts.size > max_shifts:
         shifts = np.unique(np.linspace(1, n - 1, max_shifts).round().astype(np.int64))
-    is_link = subnet.nbr >= 0
-    n_chan = int(is_link.sum())
-    chan = np.full(subnet.nbr.shape, n_chan, dtype=np.int64)
-    chan[is_link] = np.arange(n_chan)
+    chan, n_chan = subnet.switch_channels
     width = tables.lft.shape[1]
     flat_lft = tables.lft.reshape(-1)
     nbr_flat = subnet.nbr.reshape(-1)

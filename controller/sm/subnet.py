@@ -172,6 +172,23 @@ class Subnet:
         return switch_of, port_of
 
     @cached_property
+    def switch_channels(self) -> tuple[npt.NDArray[np.intp], int]:
+        """Ids 0..n-1 of the directed switch-to-switch channels, as ids[s, p] for the channel leaving switch
+        s on port p; n marks ports without one.  Shared by the engines, the deadlock check and quality."""
+        is_link = self.nbr >= 0
+        count = int(is_link.sum())
+        ids = np.full(self.nbr.shape, count, dtype=np.intp)
+        ids[is_link] = np.arange(count)
+        return ids, count
+
+    def lid_target(self, lid: int) -> tuple[int, int]:
+        """(switch the LID hangs off or is, port it is delivered on there: 0 for the switch itself)."""
+        switch_of, port_of = self._lid_lookup
+        if not 0 < lid < switch_of.size or switch_of[lid] < 0:
+            raise KeyError(f"LID {lid} is not assigned")
+        return int(switch_of[lid]), int(port_of[lid])
+
+    @cached_property
     def links_between_switches(self) -> int:
         return int((self.nbr >= 0).sum()) // 2
 

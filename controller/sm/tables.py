@@ -59,11 +59,12 @@ class RoutingTables:
     def alternatives(self, switch: str | int, lid: int) -> tuple[int, ...]:
         """All ports of `switch` on equally good routes to `lid` (the chosen one among them)."""
         s = self._switch(switch)
-        target, port = self.subnet._lid_lookup[0][lid], self.subnet._lid_lookup[1][lid]
-        if target < 0:
-            raise RouteError(f"LID {lid} is not assigned")
+        try:
+            target, port = self.subnet.lid_target(lid)
+        except KeyError as exc:
+            raise RouteError(str(exc)) from None
         if target == s:
-            return (int(port),)
+            return (port,)
         bits = np.unpackbits(self.alt[s, target], count=self.subnet.n_ports)
         return tuple(int(p) for p in np.flatnonzero(bits))
 

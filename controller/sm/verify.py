@@ -19,7 +19,7 @@ import numpy.typing as npt
 from controller.sm.paths import hop_distances
 from controller.sm.subnet import I64, Subnet
 from controller.sm.tables import RoutingTables
-from controller.sm.walk import ARRIVED, DEAD, column_blocks, follow
+from controller.sm.walk import ARRIVED, DEAD, column_blocks, follow, follow_hosts
 
 #: Beyond this many (dependency, destination) pairs, VL layering is not attempted.
 _LAYERING_LIMIT = 20_000_000
@@ -58,14 +58,6 @@ class Verification:
         return (
             self.unreachable_pairs == 0 and self.loop_entries == 0 and self.dead_entries == 0 and deadlock_ok
         )
-
-
-def _channel_ids(subnet: Subnet) -> tuple[npt.NDArray[np.intp], int]:
-    is_link = subnet.nbr >= 0
-    count = int(is_link.sum())
-    ids = np.full(subnet.nbr.shape, count, dtype=np.intp)
-    ids[is_link] = np.arange(count)
-    return ids, count
 
 
 def channel_names(subnet: Subnet) -> list[str]:
@@ -136,16 +128,12 @@ def _dependencies(tables: RoutingTables, per_destination: bool = False) -> tuple
     has hosts or a switch on the way forwards to it.
     """
     subnet = tables.subnet
-    chan, n_chan = _channel_ids(subnet)
+    chan, n_chan = subnet.switch_channels
     n_dest = int(subnet.dest_lids.size)
     codes: list[I64] = []
     owners: list[I64] = []
-    host_cols = np.flatnonzero(subnet.dest_is_host)
-    for block in column_blocks(subnet):
-        cols = np.intersect1d(block, host_cols)
-        if cols.size == 0:
-            continue
-        result = follow(subnet, tables.lft, cols)
+    for result in follow_hosts(subnet, tables.lft):
+        cols = result.cols
         nxt = result.next_switch
         width = cols.size
         used = np.repeat(subnet.has_hosts[:, None], width, axis=1)

@@ -42,6 +42,15 @@ def column_blocks(subnet: Subnet, budget: int = 1 << 22) -> Iterator[npt.NDArray
         yield np.arange(start, min(n, start + step), dtype=np.intp)
 
 
+def follow_hosts(subnet: Subnet, lft: U8) -> Iterator[Follow]:
+    """`follow` over the host destinations only, a block of columns at a time."""
+    host_cols = np.flatnonzero(subnet.dest_is_host)
+    for block in column_blocks(subnet):
+        cols = np.intersect1d(block, host_cols)
+        if cols.size:
+            yield follow(subnet, lft, cols)
+
+
 def next_hops(subnet: Subnet, lft: U8, cols: npt.NDArray[np.intp]) -> tuple[I32, U8]:
     n = subnet.n_switches
     lids = subnet.dest_lids[cols]
@@ -76,4 +85,4 @@ def follow(subnet: Subnet, lft: U8, cols: npt.NDArray[np.intp]) -> Follow:
     return Follow(cols=cols, next_switch=nxt, port=port, outcome=outcome, hops=dist[:n])
 
 
-__all__ = ["ARRIVED", "DEAD", "Follow", "column_blocks", "follow", "next_hops"]
+__all__ = ["ARRIVED", "DEAD", "Follow", "column_blocks", "follow", "follow_hosts", "next_hops"]

@@ -39,12 +39,6 @@ class TargetMasks:
         return self._mask
 
 
-def destination_order(subnet: Subnet) -> npt.NDArray[np.intp]:
-    """Destinations in LID order, but grouped so that each destination switch's LIDs come together (the
-    masks are unpacked once per switch).  Within a switch, LID order is kept."""
-    return np.lexsort((subnet.dest_lids, subnet.dest_switch)).astype(np.intp)
-
-
 def balance_locally(subnet: Subnet, alt: U8, lft: U8) -> None:
     """OpenSM's minhop port choice: for each destination in LID order, every switch takes the candidate port
     that already carries the fewest destinations (lowest port number on ties).  Vectorised over switches.
@@ -65,4 +59,4 @@ def balance_locally(subnet: Subnet, alt: U8, lft: U8) -> None:
         lft[:, lid] = np.where(routed, choice, NO_PORT)
 
 
-__all__ = ["TargetMasks", "alternatives", "balance_locally", "destination_order"]
+__all__ = ["TargetMasks", "alternatives", "balance_locally"]

@@ -81,15 +81,13 @@ class SsspEngine(RoutingEngine):
     balanced = 1.01
 
     def route(self, subnet: Subnet) -> RoutingTables:
-        n, width = subnet.n_switches, subnet.n_ports
+        n = subnet.n_switches
         dist = hop_distances(subnet)
         alt = alternatives(subnet, ShortestCandidates(subnet, dist))
         lft = new_lft(subnet)
         # Channel ids for switch-to-switch ports; the extra id n_channels is a dump for "no channel".
+        channel, n_channels = subnet.switch_channels
         is_link = subnet.nbr >= 0
-        n_channels = int(is_link.sum())
-        channel = np.full((n, width), n_channels, dtype=np.intp)
-        channel[is_link] = np.arange(n_channels)
         capacity = np.where(is_link, subnet.bw_gbps, 1.0)
         load = np.zeros(n_channels + 1, dtype=np.float64)
         next_switch = np.where(is_link, subnet.nbr, 0).astype(np.intp)
