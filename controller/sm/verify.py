@@ -19,7 +19,7 @@ import numpy.typing as npt
 from controller.sm.paths import hop_distances
 from controller.sm.subnet import I64, Subnet
 from controller.sm.tables import RoutingTables
-from controller.sm.walk import ARRIVED, DEAD, column_blocks, follow, follow_hosts
+from controller.sm.walk import ARRIVED, DEAD, Follow, column_blocks, follow, follow_hosts
 
 #: Beyond this many (dependency, destination) pairs, VL layering is not attempted.
 _LAYERING_LIMIT = 20_000_000
@@ -77,6 +77,7 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
     unreachable = dead = loops = 0
     hop_sum = shortest_sum = 0.0
     max_hops = max_extra = longer = 0
+    dependencies: list[tuple[I64, I64]] = []
     for cols in column_blocks(subnet):
         result = follow(subnet, lft, cols)
         dead += int((result.outcome == DEAD).sum())
@@ -84,6 +85,8 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
         host_cols = subnet.dest_is_host[cols]
         if not host_cols.any():
             continue
+        if deadlock:
+            dependencies.append(_block_dependencies(subnet, result, per_destination=False))
         outcome = result.outcome[:, host_cols]
         weights = hosts[:, None] * np.ones((1, int(host_cols.sum())), dtype=np.int64)
         # a host is not a source toward itself
@@ -103,7 +106,9 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
             max_extra = max(max_extra, int(extra[used].max()))
             longer += int(w[used & (extra > 0)].sum())
     routed_pairs = n_hosts * (n_hosts - 1) - unreachable
-    report = deadlock_check(tables, vls) if deadlock else None
+    report = None
+    if deadlock:
+        report = _deadlock_report(tables, vls, _merge(dependencies, False, subnet.switch_channels[1]))
     return Verification(
         engine=tables.engine,
         host_pairs=n_hosts * (n_hosts - 1),
@@ -120,56 +125,60 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
     )
 
 
-def _dependencies(tables: RoutingTables, per_destination: bool = False) -> tuple[I64, I64, int]:
-    """Dependency codes (c_in * n_channels + c_out) with the destination column causing each.
-
-    Unique codes (one owner each) by default; with `per_destination`, every distinct (code, destination)
-    pair.  Only entries that host traffic can reach count: a switch is on the way to a destination if it
-    has hosts or a switch on the way forwards to it.
-    """
-    subnet = tables.subnet
+def _block_dependencies(subnet: Subnet, result: Follow, per_destination: bool) -> tuple[I64, I64]:
+    """Dependency codes (c_in * n_channels + c_out) of one block's host destinations, with the destination
+    column causing each: unique codes (one owner each), or with `per_destination` every distinct
+    (code, destination) pair.  Only entries that host traffic can reach count: a switch is on the way to a
+    destination if it has hosts or a switch on the way forwards to it."""
     chan, n_chan = subnet.switch_channels
-    n_dest = int(subnet.dest_lids.size)
-    codes: list[I64] = []
-    owners: list[I64] = []
-    for result in follow_hosts(subnet, tables.lft):
-        cols = result.cols
-        nxt = result.next_switch
-        width = cols.size
-        used = np.repeat(subnet.has_hosts[:, None], width, axis=1)
-        col_index = np.broadcast_to(np.arange(width), nxt.shape)
-        for _ in range(subnet.n_switches):
-            forward = used & (nxt >= 0)
-            grown = used.copy()
-            grown[nxt[forward], col_index[forward]] = True
-            if (grown == used).all():
-                break
-            used = grown
-        port = result.port.astype(np.intp)
-        src_rows, src_cols = np.nonzero(used & (nxt >= 0))
-        mid = nxt[src_rows, src_cols]
-        onward = nxt[mid, src_cols] >= 0
-        src_rows, src_cols, mid = src_rows[onward], src_cols[onward], mid[onward]
-        c_in = chan[src_rows, port[src_rows, src_cols]]
-        c_out = chan[mid, port[mid, src_cols]]
-        code = c_in.astype(np.int64) * n_chan + c_out
-        owner = cols[src_cols].astype(np.int64)
-        if per_destination:
-            pair = np.unique(code * n_dest + owner)
-            codes.append(pair // n_dest)
-            owners.append(pair % n_dest)
-        else:
-            unique, first = np.unique(code, return_index=True)
-            codes.append(unique)
-            owners.append(owner[first])
-    if not codes:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), n_chan
-    all_codes = np.concatenate(codes)
-    all_owners = np.concatenate(owners)
+    host = subnet.dest_is_host[result.cols]
+    cols = result.cols[host]
+    nxt = result.next_switch[:, host]
+    port = result.port[:, host].astype(np.intp)
+    width = cols.size
+    used = np.repeat(subnet.has_hosts[:, None], width, axis=1)
+    col_index = np.broadcast_to(np.arange(width), nxt.shape)
+    for _ in range(subnet.n_switches):
+        forward = used & (nxt >= 0)
+        grown = used.copy()
+        grown[nxt[forward], col_index[forward]] = True
+        if (grown == used).all():
+            break
+        used = grown
+    src_rows, src_cols = np.nonzero(used & (nxt >= 0))
+    mid = nxt[src_rows, src_cols]
+    onward = nxt[mid, src_cols] >= 0
+    src_rows, src_cols, mid = src_rows[onward], src_cols[onward], mid[onward]
+    c_in = chan[src_rows, port[src_rows, src_cols]]
+    c_out = chan[mid, port[mid, src_cols]]
+    code = c_in.astype(np.int64) * n_chan + c_out
+    owner = cols[src_cols].astype(np.int64)
     if per_destination:
-        return all_codes, all_owners, n_chan
-    unique, first = np.unique(all_codes, return_index=True)
-    return unique, all_owners[first], n_chan
+        n_dest = int(subnet.dest_lids.size)
+        pair = np.unique(code * n_dest + owner)
+        return pair // n_dest, pair % n_dest
+    unique, first = np.unique(code, return_index=True)
+    return unique, owner[first]
+
+
+def _dependencies(tables: RoutingTables, per_destination: bool = False) -> tuple[I64, I64, int]:
+    """`_block_dependencies` over the whole table."""
+    parts = [
+        _block_dependencies(tables.subnet, result, per_destination)
+        for result in follow_hosts(tables.subnet, tables.lft)
+    ]
+    return _merge(parts, per_destination, tables.subnet.switch_channels[1])
+
+
+def _merge(parts: list[tuple[I64, I64]], per_destination: bool, n_chan: int) -> tuple[I64, I64, int]:
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), n_chan
+    codes = np.concatenate([p[0] for p in parts])
+    owners = np.concatenate([p[1] for p in parts])
+    if per_destination:
+        return codes, owners, n_chan
+    unique, first = np.unique(codes, return_index=True)
+    return unique, owners[first], n_chan
 
 
 def _acyclic_core(codes: I64, n_chan: int) -> npt.NDArray[np.bool_]:
@@ -215,8 +224,12 @@ def _find_cycles(codes: I64, n_chan: int, alive: npt.NDArray[np.bool_], limit: i
 
 
 def deadlock_check(tables: RoutingTables, vls: int = 1) -> DeadlockReport:
+    return _deadlock_report(tables, vls, _dependencies(tables))
+
+
+def _deadlock_report(tables: RoutingTables, vls: int, dependencies: tuple[I64, I64, int]) -> DeadlockReport:
     subnet = tables.subnet
-    codes, _, n_chan = _dependencies(tables)
+    codes, _, n_chan = dependencies
     alive = _acyclic_core(codes, n_chan)
     if not alive.any():
         return DeadlockReport(vls, n_chan, int(codes.size), True, 1)

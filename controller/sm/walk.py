@@ -65,24 +65,50 @@ def next_hops(subnet: Subnet, lft: U8, cols: npt.NDArray[np.intp]) -> tuple[I32,
     return result, port
 
 
+#: Steps walked one at a time before the remaining entries are settled by pointer doubling.  Real routes
+#: are short (a 3-tier fat-tree's longest is 4 switch hops), so nearly every block finishes here.
+WALK_STEPS = 16
+
+
 def follow(subnet: Subnet, lft: U8, cols: npt.NDArray[np.intp]) -> Follow:
     n = subnet.n_switches
     nxt, port = next_hops(subnet, lft, cols)
-    # Absorbing states n (arrived) and n+1 (dead) so that the map is total on 0..n+1.
-    succ = np.where(nxt == ARRIVED, n, np.where(nxt == DEAD, n + 1, nxt)).astype(np.intp)
-    width = succ.shape[1]
-    succ = np.vstack([succ, np.full((2, width), n, dtype=np.intp)])
-    succ[n + 1] = n + 1
-    dist = np.where(succ < n, 1, 0).astype(np.int32)
-    dist[n:] = 0
-    steps = 1
-    while steps <= n + 1:
-        dist = dist + np.take_along_axis(dist, succ, axis=0)
-        succ = np.take_along_axis(succ, succ, axis=0)
-        steps *= 2
-    end = succ[:n]
-    outcome = np.where(end == n, ARRIVED, np.where(end == n + 1, DEAD, end)).astype(np.int32)
-    return Follow(cols=cols, next_switch=nxt, port=port, outcome=outcome, hops=dist[:n])
+    # Absorbing states n (arrived) and n+1 (dead) make the successor map total on 0..n+1.
+    width = nxt.shape[1]
+    succ = np.empty((n + 2, width), dtype=np.int32)
+    succ[:n] = np.where(nxt == ARRIVED, n, np.where(nxt == DEAD, n + 1, nxt))
+    succ[n], succ[n + 1] = n, n + 1
+    # Walk every start one hop at a time while that is cheap...
+    position = np.broadcast_to(np.arange(n, dtype=np.int32)[:, None], (n, width)).copy()
+    hops = np.zeros((n, width), dtype=np.int32)
+    for _ in range(min(WALK_STEPS, n + 1)):
+        if not (position < n).any():
+            break
+        position = np.take_along_axis(succ, position, axis=0)
+        hops += position < n  # a hop is a move onto another switch (absorbing states never move back)
+    # ...then settle what is left (loops, or very long routes) exactly, by pointer doubling.
+    if (position < n).any():
+        position, extra = _double(succ, position, n)
+        hops += extra
+    outcome = np.where(position == n, ARRIVED, np.where(position == n + 1, DEAD, position)).astype(np.int32)
+    return Follow(cols=cols, next_switch=nxt, port=port, outcome=outcome, hops=hops)
+
+
+def _double(succ: I32, position: I32, n: int) -> tuple[I32, I32]:
+    """Advance every position by at least n+1 more steps: after that it has arrived, died, or sits on a
+    loop.  Also counts the steps taken before absorption (meaningless for loops)."""
+    step = succ.copy()
+    length = (succ < n).astype(np.int32)  # a 1-step move lands on a switch
+    extra = np.zeros_like(position)
+    covered = 1
+    while covered <= 2 * (n + 1):
+        # apply the 2^k-step map to the current positions, then square it
+        extra += np.take_along_axis(length, position, axis=0)
+        position = np.take_along_axis(step, position, axis=0)
+        length = length + np.take_along_axis(length, step, axis=0)
+        step = np.take_along_axis(step, step, axis=0)
+        covered *= 2
+    return position, extra
 
 
 __all__ = ["ARRIVED", "DEAD", "Follow", "column_blocks", "follow", "follow_hosts", "next_hops"]
