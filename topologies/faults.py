@@ -51,7 +51,7 @@ def degrade(fabric: Fabric, fail_links: int = 0, fail_switches: int = 0, seed: i
         )
     dead_links = sorted(rng.sample(switch_links, fail_links))
     reduced = fabric.without(links=dead_links, nodes=dead_switches)
-    kept = _sm_component(reduced)
+    kept = largest_component(reduced)
     lost = tuple(sorted(n.name for n in reduced.hosts if n.name not in kept))
     stray = [name for name in reduced.nodes if name not in kept]
     result = reduced.without(nodes=stray) if stray else reduced
@@ -63,8 +63,8 @@ def degrade(fabric: Fabric, fail_links: int = 0, fail_switches: int = 0, seed: i
     )
 
 
-def _sm_component(fabric: Fabric) -> set[str]:
-    """The connected part with the most hosts (where the subnet manager would be)."""
+def largest_component(fabric: Fabric) -> set[str]:
+    """Names in the connected part with the most hosts: what a subnet manager there can still reach."""
     adjacency: dict[str, list[str]] = {name: [] for name in fabric.nodes}
     for link in fabric.links:
         adjacency[link.a.node].append(link.b.node)
@@ -89,4 +89,4 @@ def _sm_component(fabric: Fabric) -> set[str]:
     return best
 
 
-__all__ = ["Degradation", "degrade"]
+__all__ = ["Degradation", "degrade", "largest_component"]

@@ -152,6 +152,9 @@ class Fabric:
     def hosts(self) -> tuple[Node, ...]:
         return tuple(n for n in self.nodes.values() if n.is_host)
 
+    def hosts_names(self) -> list[str]:
+        return [n.name for n in self.hosts]
+
     @cached_property
     def port_map(self) -> Mapping[PortRef, tuple[int, PortRef]]:
         """(node, port) -> (link index, far end).  Assumes a valid fabric (each port used once)."""

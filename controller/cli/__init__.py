@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from controller.cli import route as route_cmd
+from controller.cli import serve as serve_cmd
 from controller.cli import topo as topo_cmd
 from controller.cli.common import CliError
 from controller.sm.engines.base import UnknownEngine
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     topo_cmd.register(commands)
     route_cmd.register(commands)
+    serve_cmd.register(commands)
     engines = commands.add_parser("engines", help="list routing engines")
     engines.set_defaults(handler=route_cmd.list_engines)
     return parser

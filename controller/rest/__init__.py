@@ -1,0 +1,1 @@
+"""REST API of the controller (FastAPI); talks to the service facade only."""

@@ -1,0 +1,1 @@
+"""OpenFlow southbound: os-ken compatibility fixes, message building, and the os-ken app."""

@@ -1,0 +1,233 @@
+"""The one place where intents become OpenFlow 1.3 messages, and switch replies become intents again.
+
+Everything the subnet manager asks for (flows, fast-failover and select groups, deletes) and everything the
+controller reads back on (re)connect (flow stats, group descriptions, port descriptions) passes through here,
+so the rest of the controller never sees an os-ken message class.  Reading back is the exact inverse of
+writing for our own entries; foreign entries still parse (with whatever fields they have) so a reconnect
+diff can delete them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from controller.sm.addressing import mac_str, parse_mac
+from controller.sm.intents import Action, FlowIntent, GroupIntent, GroupKind, SwitchDelta, match
+
+_MAC_FIELDS = frozenset({"eth_dst", "eth_src", "arp_sha", "arp_tha"})
+_GROUP_TYPES = {GroupKind.FAST_FAILOVER: ofp.OFPGT_FF, GroupKind.SELECT: ofp.OFPGT_SELECT}
+_GROUP_KINDS = {v: k for k, v in _GROUP_TYPES.items()}
+OFPP_CONTROLLER = ofp.OFPP_CONTROLLER
+
+
+def _of_match(fields: Iterable[tuple[str, int]]) -> Any:
+    kwargs: dict[str, Any] = {}
+    for name, value in fields:
+        kwargs[name] = mac_str(value) if name in _MAC_FIELDS else value
+    return parser.OFPMatch(**kwargs)
+
+
+def _of_actions(actions: Sequence[Action]) -> list[Any]:
+    result: list[Any] = []
+    for kind, arg in actions:
+        if kind == "output":
+            result.append(parser.OFPActionOutput(arg))
+        elif kind == "controller":
+            result.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, arg))
+        elif kind == "group":
+            result.append(parser.OFPActionGroup(arg))
+        else:
+            raise ValueError(f"no OpenFlow action for intent {kind!r}")
+    return result
+
+
+def flow_add(dp: Any, flow: FlowIntent) -> Any:
+    """OFPFC_ADD: replaces an entry with the same table, priority and match in one step (make-before-break
+    per entry: no instant without an entry)."""
+    instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, _of_actions(flow.actions))]
+    return parser.OFPFlowMod(
+        dp,
+        cookie=flow.cookie,
+        table_id=flow.table,
+        command=ofp.OFPFC_ADD,
+        priority=flow.priority,
+        buffer_id=ofp.OFP_NO_BUFFER,
+        match=_of_match(flow.match),
+        instructions=instructions,
+    )
+
+
+def flow_delete(dp: Any, flow: FlowIntent) -> Any:
+    return parser.OFPFlowMod(
+        dp,
+        table_id=flow.table,
+        command=ofp.OFPFC_DELETE_STRICT,
+        priority=flow.priority,
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+        match=_of_match(flow.match),
+    )
+
+
+def group_mod(dp: Any, group: GroupIntent, command: int) -> Any:
+    buckets = [
+        parser.OFPBucket(
+            weight=1 if group.kind is GroupKind.SELECT else 0,
+            watch_port=port,
+            watch_group=ofp.OFPG_ANY,
+            actions=[parser.OFPActionOutput(port)],
+        )
+        for port in group.ports
+    ]
+    return parser.OFPGroupMod(dp, command, _GROUP_TYPES[group.kind], group.group_id, buckets)
+
+
+def group_delete(dp: Any, group_id: int) -> Any:
+    return parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_ALL, group_id, [])
+
+
+def make_messages(dp: Any, delta: SwitchDelta) -> list[Any]:
+    """Phase 1 of an update: groups first (flows may point at them), then flow adds/replacements."""
+    messages = [group_mod(dp, g, ofp.OFPGC_ADD) for g in delta.add_groups]
+    messages += [group_mod(dp, g, ofp.OFPGC_MODIFY) for g in delta.modify_groups]
+    messages += [flow_add(dp, f) for f in delta.add_flows]
+    return messages
+
+
+def break_messages(dp: Any, delta: SwitchDelta) -> list[Any]:
+    """Phase 2, after every switch confirmed phase 1: flows no longer wanted, then groups nothing uses
+    (deleting a group first would delete the flows pointing at it)."""
+    messages = [flow_delete(dp, f) for f in delta.delete_flows]
+    messages += [group_delete(dp, gid) for gid in delta.delete_groups]
+    return messages
+
+
+def delete_all(dp: Any) -> list[Any]:
+    """Everything off a switch (used only when asked to wipe, never on reconnect)."""
+    return [
+        parser.OFPFlowMod(
+            dp,
+            table_id=ofp.OFPTT_ALL,
+            command=ofp.OFPFC_DELETE,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+        ),
+        parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_ALL, ofp.OFPG_ALL, []),
+    ]
+
+
+def barrier(dp: Any) -> Any:
+    return parser.OFPBarrierRequest(dp)
+
+
+def packet_out(dp: Any, port: int, data: bytes) -> Any:
+    return parser.OFPPacketOut(
+        dp,
+        buffer_id=ofp.OFP_NO_BUFFER,
+        in_port=ofp.OFPP_CONTROLLER,
+        actions=[parser.OFPActionOutput(port)],
+        data=data,
+    )
+
+
+def flow_stats_request(dp: Any) -> Any:
+    return parser.OFPFlowStatsRequest(
+        dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch()
+    )
+
+
+def group_desc_request(dp: Any) -> Any:
+    return parser.OFPGroupDescStatsRequest(dp, 0)
+
+
+def port_desc_request(dp: Any) -> Any:
+    return parser.OFPPortDescStatsRequest(dp, 0)
+
+
+def port_stats_request(dp: Any) -> Any:
+    return parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY)
+
+
+def serialize(dp: Any, messages: Iterable[Any]) -> tuple[bytes, int]:
+    """Messages as one buffer (one socket write instead of one queue hand-off each) and the last xid."""
+    chunks: list[bytes] = []
+    xid = 0
+    for message in messages:
+        xid = dp.set_xid(message)
+        message.serialize()
+        chunks.append(bytes(message.buf))
+    return b"".join(chunks), xid
+
+
+# --- reading back --------------------------------------------------------------------------------------
+
+
+def flow_from_stats(stat: Any) -> FlowIntent:
+    fields: dict[str, int] = {}
+    for name, value in stat.match.items():
+        if isinstance(value, tuple):  # masked: not something we write; keep it distinct from ours
+            fields[name] = hash(value) & 0x7FFFFFFF
+        elif name in _MAC_FIELDS:
+            fields[name] = parse_mac(value)
+        else:
+            fields[name] = int(value)
+    actions: list[Action] = []
+    for instruction in stat.instructions:
+        for action in getattr(instruction, "actions", []):
+            if isinstance(action, parser.OFPActionOutput):
+                if action.port == ofp.OFPP_CONTROLLER:
+                    actions.append(("controller", action.max_len))
+                else:
+                    actions.append(("output", action.port))
+            elif isinstance(action, parser.OFPActionGroup):
+                actions.append(("group", action.group_id))
+            else:
+                actions.append((type(action).__name__, 0))
+    return FlowIntent(stat.table_id, stat.priority, match(**fields), tuple(actions), stat.cookie)
+
+
+def group_from_desc(stat: Any) -> GroupIntent:
+    kind = _GROUP_KINDS.get(stat.type)
+    ports = tuple(
+        action.port
+        for bucket in stat.buckets
+        for action in bucket.actions
+        if isinstance(action, parser.OFPActionOutput)
+    )
+    # A group type we never write reads back as an impossible GroupIntent so the diff replaces it.
+    return GroupIntent(stat.group_id, kind if kind is not None else GroupKind.SELECT, ports if kind else ())
+
+
+def port_is_live(port: Any) -> bool:
+    return not (int(port.state) & ofp.OFPPS_LINK_DOWN) and not (int(port.config) & ofp.OFPPC_PORT_DOWN)
+
+
+def is_physical(port_no: int) -> bool:
+    return 0 < port_no <= int(ofp.OFPP_MAX)
+
+
+__all__ = [
+    "OFPP_CONTROLLER",
+    "barrier",
+    "break_messages",
+    "delete_all",
+    "flow_add",
+    "flow_delete",
+    "flow_from_stats",
+    "flow_stats_request",
+    "group_delete",
+    "group_desc_request",
+    "group_from_desc",
+    "group_mod",
+    "is_physical",
+    "make_messages",
+    "packet_out",
+    "port_desc_request",
+    "port_is_live",
+    "port_stats_request",
+    "serialize",
+]

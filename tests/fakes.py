@@ -1,0 +1,234 @@
+"""Fake switches with OpenFlow 1.3 table semantics, and a fake fabric that traces packets hop by hop.
+
+Implements what the controller relies on and raises where a real switch would return an error: highest
+priority match wins, an add with an existing (priority, match) replaces it, strict deletes, groups that
+must exist before a flow points at them, deleting a group deletes the flows that use it (OpenFlow 1.3
+§6.5), fast-failover buckets chosen by port liveness, select buckets by a flow hash over live ports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controller.sm.addressing import AddressTable
+from controller.sm.intents import FlowIntent, FlowKey, GroupIntent, GroupKind, SwitchDelta
+from topologies.model import Fabric, PortRef
+
+ETH_TYPE_IPV4 = 0x0800
+
+
+class OpenFlowError(RuntimeError):
+    pass
+
+
+class NotDelivered(AssertionError):
+    pass
+
+
+@dataclass
+class FakeSwitch:
+    name: str
+    flows: dict[FlowKey, FlowIntent] = field(default_factory=dict)
+    groups: dict[int, GroupIntent] = field(default_factory=dict)
+    ports_down: set[int] = field(default_factory=set)
+    messages: int = 0
+
+    def add_group(self, group: GroupIntent) -> None:
+        self.messages += 1
+        if group.group_id in self.groups:
+            raise OpenFlowError(f"{self.name}: group {group.group_id} exists (OFPGMFC_GROUP_EXISTS)")
+        self.groups[group.group_id] = group
+
+    def modify_group(self, group: GroupIntent) -> None:
+        self.messages += 1
+        if group.group_id not in self.groups:
+            raise OpenFlowError(f"{self.name}: group {group.group_id} unknown (OFPGMFC_UNKNOWN_GROUP)")
+        self.groups[group.group_id] = group
+
+    def delete_group(self, gid: int) -> None:
+        self.messages += 1
+        self.groups.pop(gid, None)
+        for key in [k for k, f in self.flows.items() if ("group", gid) in f.actions]:
+            del self.flows[key]
+
+    def add_flow(self, flow: FlowIntent) -> None:
+        self.messages += 1
+        for kind, arg in flow.actions:
+            if kind == "group" and arg not in self.groups:
+                raise OpenFlowError(f"{self.name}: flow points at missing group {arg} (OFPBAC_BAD_OUT_GROUP)")
+        self.flows[flow.key] = flow
+
+    def delete_flow_strict(self, flow: FlowIntent) -> None:
+        self.messages += 1
+        self.flows.pop(flow.key, None)
+
+    def apply_make(self, delta: SwitchDelta) -> None:
+        for group in delta.add_groups:
+            self.add_group(group)
+        for group in delta.modify_groups:
+            self.modify_group(group)
+        for flow in delta.add_flows:
+            self.add_flow(flow)
+
+    def apply_break(self, delta: SwitchDelta) -> None:
+        for flow in delta.delete_flows:
+            self.delete_flow_strict(flow)
+        for gid in delta.delete_groups:
+            self.delete_group(gid)
+
+    def lookup(self, packet: dict[str, int]) -> FlowIntent | None:
+        best: FlowIntent | None = None
+        for flow in self.flows.values():
+            matches = all(packet.get(f) == v for f, v in flow.match)
+            if matches and (best is None or flow.priority > best.priority):
+                best = flow
+        return best
+
+    def out_port(self, packet: dict[str, int], flow_hash: int) -> int | str | None:
+        """Port the packet leaves on, "controller", or None (dropped)."""
+        flow = self.lookup(packet)
+        if flow is None:
+            return None
+        for kind, arg in flow.actions:
+            if kind == "output":
+                return arg if arg not in self.ports_down else None
+            if kind == "controller":
+                return "controller"
+            if kind == "group":
+                group = self.groups[arg]
+                live = [p for p in group.ports if p not in self.ports_down]
+                if not live:
+                    return None
+                if group.kind is GroupKind.FAST_FAILOVER:
+                    return live[0]
+                return live[flow_hash % len(live)]
+        return None
+
+
+class FakeFabric:
+    def __init__(self, fabric: Fabric, addresses: AddressTable) -> None:
+        self.fabric = fabric
+        self.addresses = addresses
+        self.switches = {s.name: FakeSwitch(s.name) for s in fabric.switches}
+
+    def set_link(self, index: int, up: bool) -> list[PortRef]:
+        """Cut or restore a cable: both ends lose carrier.  Returns the switch ports affected."""
+        link = self.fabric.links[index]
+        affected = []
+        for end in (link.a, link.b):
+            if end.node in self.switches:
+                ports = self.switches[end.node].ports_down
+                (ports.discard if up else ports.add)(end.port)
+                affected.append(end)
+        return affected
+
+    def trace(self, src: str, dst: str, flow_hash: int = 0) -> list[str]:
+        """Send an IPv4 frame from host `src` to host `dst`'s MAC; returns the ports visited.  Raises
+        NotDelivered (with the path so far) on a drop, a loop or a wrong receiver."""
+        dst_address = self.addresses.of_host(dst)
+        src_address = self.addresses.of_host(src)
+        packet = {"eth_dst": dst_address.mac, "eth_type": ETH_TYPE_IPV4}
+        at = self.fabric.peer(src, src_address.port)
+        path = [f"{src}:{src_address.port}"]
+        for _ in range(64):
+            if at is None:
+                raise NotDelivered(f"{src}->{dst}: fell off the fabric after {' '.join(path)}")
+            node = self.fabric.nodes[at.node]
+            if node.is_host:
+                path.append(str(at))
+                if at.node != dst:
+                    raise NotDelivered(f"{src}->{dst}: delivered to {at.node} via {' '.join(path)}")
+                return path
+            switch = self.switches[at.node]
+            if at.port in switch.ports_down:
+                raise NotDelivered(f"{src}->{dst}: arrived on dead port {at} via {' '.join(path)}")
+            out = switch.out_port(packet, flow_hash)
+            if out is None or out == "controller":
+                raise NotDelivered(f"{src}->{dst}: dropped ({out}) at {at.node} via {' '.join(path)}")
+            assert isinstance(out, int)
+            path.append(f"{at.port}>{at.node}>{out}")
+            at = self.fabric.peer(at.node, out)
+        raise NotDelivered(f"{src}->{dst}: loop: {' '.join(path[:20])} ...")
+
+    def assert_delivers(self, pairs: Iterable[tuple[str, str]], hashes: Iterable[int] = (0,)) -> int:
+        hash_list = list(hashes)
+        count = 0
+        for src, dst in pairs:
+            for h in hash_list:
+                self.trace(src, dst, h)
+                count += 1
+        return count
+
+    def all_pairs(self, hosts: Iterable[str] | None = None) -> list[tuple[str, str]]:
+        names = list(hosts) if hosts is not None else [h.name for h in self.fabric.hosts]
+        return [(a, b) for a in names for b in names if a != b]
+
+
+@dataclass
+class FakeSnapshot:
+    ports: dict[int, bool]
+    flows: list[FlowIntent]
+    groups: list[GroupIntent]
+
+
+class FakeSouthbound:
+    """The service's southbound over a FakeFabric: pushes apply OpenFlow semantics, LLDP probes are
+    answered by the cabling, and a switch can be told to fail its next update."""
+
+    def __init__(self, fake: FakeFabric, listener: object) -> None:
+        self.fake = fake
+        self.listener = listener
+        self.dpids = {s.name: s.guid for s in fake.fabric.switches}
+        self.names = {d: n for n, d in self.dpids.items()}
+        self.up: set[int] = set()
+        self.fail_next: set[int] = set()
+        self.pushes = 0
+
+    def connected(self) -> set[int]:
+        return set(self.up)
+
+    def read_switch(self, dpid: int, timeout_s: float = 10.0) -> FakeSnapshot:
+        switch = self.fake.switches[self.names[dpid]]
+        ports = {
+            ref.port: ref.port not in switch.ports_down
+            for ref in self.fake.fabric.port_map
+            if ref.node == switch.name
+        }
+        return FakeSnapshot(ports, list(switch.flows.values()), list(switch.groups.values()))
+
+    def push(self, deltas: Mapping[int, SwitchDelta], phase: str, timeout_s: float = 10.0) -> dict[int, str]:
+        problems: dict[int, str] = {}
+        self.pushes += 1
+        for dpid, delta in deltas.items():
+            if dpid not in self.up:
+                problems[dpid] = "not connected"
+                continue
+            if dpid in self.fail_next:
+                self.fail_next.discard(dpid)
+                problems[dpid] = "injected failure"
+                continue
+            switch = self.fake.switches[self.names[dpid]]
+            (switch.apply_make if phase == "make" else switch.apply_break)(delta)
+        return problems
+
+    def probe_links(self, dpids: Iterable[int]) -> int:
+        sent = 0
+        for dpid in dpids:
+            name = self.names[dpid]
+            for ref, (_, far) in self.fake.fabric.port_map.items():
+                if ref.node != name or far.node not in self.dpids or self.dpids[far.node] not in self.up:
+                    continue
+                if ref.port in self.fake.switches[name].ports_down:
+                    continue
+                sent += 1
+                self.listener.link_seen(dpid, ref.port, self.dpids[far.node], far.port, time.time())  # type: ignore[attr-defined]
+        return sent
+
+    def port_stats(self, timeout_s: float = 2.0) -> dict[tuple[int, int], dict[str, int]]:
+        return {
+            (self.dpids[r.node], r.port): {"rx_packets": 0, "tx_packets": 0}
+            for r in self.fake.fabric.port_map
+            if r.node in self.dpids
+        }

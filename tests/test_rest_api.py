@@ -1,0 +1,210 @@
+"""REST API and service behaviour over fake switches: views, routing changes, errors that change nothing,
+tokens, events with timings, validation, restart without churn, and recovery from a failed update."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from controller.rest.api import create_app
+from controller.service import FabricService
+from controller.sm.manager import SubnetManager
+from controller.state import StateStore
+from tests.fakes import FakeFabric, FakeSouthbound
+from topologies.generators import fat_tree
+
+
+class Rig:
+    def __init__(self, state_dir: Path, token: str | None = None, fake: FakeFabric | None = None) -> None:
+        fabric = fat_tree(4)
+        self.manager = SubnetManager(fabric)
+        self.service = FabricService.restore(self.manager, StateStore(state_dir), lldp_interval_s=3600)
+        self.fake = fake or FakeFabric(fabric, self.manager.addresses)
+        self.sb = FakeSouthbound(self.fake, self.service)
+        self.service.start(self.sb)
+        self.client = TestClient(create_app(self.service, token))
+
+    def connect_all(self) -> None:
+        for dpid in sorted(self.sb.dpids.values()):
+            self.sb.up.add(dpid)
+            self.service.switch_connected(dpid, 0.0)
+        self.settle()
+
+    def settle(self) -> None:
+        for _ in range(3):  # tasks may queue follow-up tasks (re-reads)
+            self.service.call(lambda: None)
+
+    def cut(self, index: int, up: bool = False) -> None:
+        for end in self.fake.set_link(index, up=up):
+            self.service.port_status(self.sb.dpids[end.node], end.port, up, 1.0)
+        self.settle()
+
+    def stop(self) -> None:
+        self.service.stop()
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    r = Rig(tmp_path)
+    r.connect_all()
+    yield r
+    r.stop()
+
+
+def test_fabric_switches_and_lft_views(rig: Rig) -> None:
+    fabric = rig.client.get("/api/v1/fabric").json()
+    assert len(fabric["switches"]) == 20 and all(s["connected"] for s in fabric["switches"])
+    assert {h["name"] for h in fabric["hosts"]} == {f"h{i}" for i in range(1, 17)}
+    h1 = next(h for h in fabric["hosts"] if h["name"] == "h1")
+    assert h1["ipv4"] == f"10.0.0.{h1['lid']}" and h1["mac"].startswith("02:fa:b1:00:")
+    lft = rig.client.get("/api/v1/switches/leaf1/lft").json()
+    assert len(lft["entries"]) == 16 + 20
+    assert rig.client.get("/api/v1/switches/nope/lft").status_code == 404
+    switches = rig.client.get("/api/v1/switches").json()
+    assert all(s["flows"] == s["desired_flows"] and s["flows"] > 0 for s in switches)
+    health = rig.client.get("/api/v1/health").json()
+    assert health["in_sync"] and health["switches_connected"] == 20 and health["routing_ok"]
+    rig.fake.assert_delivers(rig.fake.all_pairs())
+
+
+def test_routes_follow_the_installed_tables(rig: Rig) -> None:
+    body = rig.client.get("/api/v1/routes", params={"src": "h1", "dst": "h16"}).json()
+    nodes = [h["node"] for h in body["hops"]]
+    assert nodes[0] == "h1" and nodes[-1] == "h16" and len(nodes) == 7
+    trace = rig.fake.trace("h1", "h16")
+    assert [p.split(">")[1] for p in trace[1:-1]] == nodes[1:-1]
+    bad = rig.client.get("/api/v1/routes", params={"src": "h1", "dst": "h99"})
+    assert bad.status_code == 404 and bad.json()["field"] == "dst"
+    missing = rig.client.get("/api/v1/routes", params={"src": "h1"})
+    assert missing.status_code == 422 and missing.json()["field"] == "dst"
+
+
+def test_routing_change_reprograms_and_persists(rig: Rig, tmp_path: Path) -> None:
+    before = rig.manager.generation
+    response = rig.client.put("/api/v1/routing", content=json.dumps({"engine": "sssp"}))
+    assert response.status_code == 200, response.text
+    event = response.json()
+    assert event["kind"] == "routing_change" and event["generation"] == before + 1 and event["flow_mods"] > 0
+    assert rig.client.get("/api/v1/routing").json()["engine"] == "sssp"
+    assert json.loads((tmp_path / "controller-state.json").read_text())["engine"] == "sssp"
+    rig.fake.assert_delivers(rig.fake.all_pairs())
+    assert rig.service.in_sync()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ('{"engine": "nope"}', 400, "engine"),
+        ('{"engin": "sssp"}', 422, "engin"),
+        ('{"multipath": "yes"}', 422, "multipath"),
+        ('{"engine": 3}', 422, "engine"),
+        ("[1, 2]", 422, None),
+        ("not json", 400, None),
+    ],
+)
+def test_bad_bodies_are_rejected_whole_and_change_nothing(
+    rig: Rig, tmp_path: Path, body: str, status: int, field: str | None
+) -> None:
+    state = (tmp_path / "controller-state.json").read_text()
+    generation, pushes = rig.manager.generation, rig.sb.pushes
+    response = rig.client.put("/api/v1/routing", content=body)
+    assert response.status_code == status
+    assert response.json()["field"] == field and response.json()["error"]
+    assert rig.manager.generation == generation and rig.sb.pushes == pushes
+    assert (tmp_path / "controller-state.json").read_text() == state
+
+
+def test_dry_run_reports_without_changing(rig: Rig) -> None:
+    generation = rig.manager.generation
+    report = rig.client.put("/api/v1/routing", content='{"engine": "minhop", "dry_run": true}').json()
+    assert report["dry_run"] and report["flow_mods"] > 0
+    assert rig.manager.generation == generation and rig.manager.engine == "ftree"
+
+
+def test_token_guards_mutations_only(tmp_path: Path) -> None:
+    r = Rig(tmp_path, token="s3cret")
+    try:
+        assert r.client.get("/api/v1/routing").status_code == 200
+        denied = r.client.put("/api/v1/routing", content='{"engine": "updn"}')
+        assert denied.status_code == 401 and denied.json()["field"] == "Authorization"
+        wrong = r.client.put(
+            "/api/v1/routing", content='{"engine": "updn"}', headers={"Authorization": "Bearer x"}
+        )
+        assert wrong.status_code == 401 and r.manager.engine == "ftree"
+        ok = r.client.put(
+            "/api/v1/routing", content='{"engine": "updn"}', headers={"Authorization": "Bearer s3cret"}
+        )
+        assert ok.status_code == 200 and r.manager.engine == "updn"
+    finally:
+        r.stop()
+
+
+def test_link_failure_event_has_timings_and_reroutes(rig: Rig) -> None:
+    link = next(i for i, lk in enumerate(rig.fake.fabric.links) if lk.a.node == "agg1" or lk.b.node == "agg1")
+    since = rig.service.recent_events()[-1]["id"]
+    rig.cut(link)
+    events = rig.client.get("/api/v1/events", params={"since": since}).json()
+    down = [e for e in events if e["kind"] == "port_down"]
+    assert len(down) == 1, events  # both ends coalesced or the second is a no-op
+    assert down[0]["installed_ms"] >= down[0]["computed_ms"] >= 0 and down[0]["flow_mods"] > 0
+    links = rig.client.get("/api/v1/links").json()
+    assert [lk["up"] for lk in links].count(False) == 1 and all("b_counters" in lk for lk in links)
+    rig.fake.assert_delivers(rig.fake.all_pairs())
+    rig.cut(link, up=True)
+    assert rig.client.get("/api/v1/events").json()[-1]["kind"] == "port_up"
+    assert rig.service.in_sync()
+
+
+def test_validation_report_after_discovery(rig: Rig) -> None:
+    report = rig.client.get("/api/v1/validation").json()
+    assert report["complete"] and report["summary"] == {"ok": 32}
+    leaf1, agg2 = rig.sb.dpids["leaf1"], rig.sb.dpids["agg2"]
+    rig.service.link_seen(leaf1, 3, agg2, 4, 5.0)  # leaf1:3 is declared to go to agg1:1
+    report = rig.client.get("/api/v1/validation").json()
+    assert not report["complete"] and report["summary"]["miswired"] >= 1 and report["unexpected"]
+
+
+def test_restart_reconciles_without_rewriting(tmp_path: Path) -> None:
+    first = Rig(tmp_path)
+    first.connect_all()
+    first.client.put("/api/v1/routing", content='{"engine": "sssp"}')
+    fake = first.fake
+    first.stop()
+    second = Rig(tmp_path, fake=fake)
+    try:
+        assert second.manager.engine == "sssp"
+        messages = sum(s.messages for s in fake.switches.values())
+        second.connect_all()
+        assert sum(s.messages for s in fake.switches.values()) == messages  # nothing rewritten
+        connects = [e for e in second.service.recent_events() if e["kind"] == "switch_connect"]
+        assert len(connects) == 20 and all(e["flow_mods"] == 0 for e in connects)
+        assert second.service.in_sync()
+    finally:
+        second.stop()
+
+
+def test_stale_and_foreign_entries_are_removed_on_connect(tmp_path: Path) -> None:
+    r = Rig(tmp_path)
+    try:
+        from controller.sm.intents import FlowIntent, match
+
+        junk = FlowIntent(0, 5, match(eth_dst=0x0200000000AA), (("output", 1),), 0x1234)
+        r.fake.switches["leaf1"].add_flow(junk)
+        r.connect_all()
+        assert junk.key not in r.fake.switches["leaf1"].flows
+        assert r.service.in_sync()
+    finally:
+        r.stop()
+
+
+def test_a_failed_update_is_repaired_by_reading_the_switch_back(rig: Rig) -> None:
+    rig.sb.fail_next.update(rig.sb.dpids.values())
+    response = rig.client.put("/api/v1/routing", content='{"engine": "minhop"}').json()
+    assert response["failed_switches"]
+    rig.settle()
+    assert rig.service.in_sync()
+    rig.fake.assert_delivers(rig.fake.all_pairs())
