@@ -80,6 +80,7 @@ class FabricService:
         self.unknown_switches: set[int] = set()
         self.failed_updates = 0
         self._persisted = -1
+        self._warned: set[tuple[PortRef, PortRef]] = set()
 
     # --- lifecycle ---------------------------------------------------------------------------------------
 
@@ -133,10 +134,13 @@ class FabricService:
     def link_seen(self, src_dpid: int, src_port: int, dst_dpid: int, dst_port: int, now: float) -> None:
         names = self.manager.switch_of_dpid
         if src_dpid in names and dst_dpid in names:
+            src, dst = PortRef(names[src_dpid], src_port), PortRef(names[dst_dpid], dst_port)
             with self.lock:
-                self.manager.discovery.link_seen(
-                    PortRef(names[src_dpid], src_port), PortRef(names[dst_dpid], dst_port), now
-                )
+                self.manager.discovery.link_seen(src, dst, now)
+                declared = self.manager.declared.peer(src.node, src.port)
+                if declared != dst and (src, dst) not in self._warned:
+                    self._warned.add((src, dst))
+                    LOG.warning("cabling: %s sees %s, declared peer is %s", src, dst, declared or "nothing")
 
     def arp_request(self, dpid: int, in_port: int, arp: Any, now: float) -> int | None:
         """Answer from the address table; note where the asker was seen (validation of host cabling)."""
@@ -304,8 +308,9 @@ class FabricService:
         by_dpid = {d.dpid: d for d in deltas.values()}
         sb = self._sb()
         problems = sb.push(by_dpid, "make")
+        made = time.time()  # every new path is in place: what traffic needs
         problems.update(sb.push({k: v for k, v in by_dpid.items() if k not in problems}, "break"))
-        done = time.time()
+        done = time.time()  # entries nothing uses any more are gone too
         with self.lock:
             for name, delta in deltas.items():
                 if delta.dpid in problems:
@@ -322,7 +327,8 @@ class FabricService:
             generation=computation.generation,
             detected_at=detected_at,
             computed_ms=_ms(detected_at, computed_at),
-            installed_ms=_ms(detected_at, done),
+            installed_ms=_ms(detected_at, made),
+            cleaned_ms=_ms(detected_at, done),
             switches_updated=len(deltas),
             flow_mods=sum(d.n_messages for d in deltas.values()),
             failed_switches={f"{k:016x}": v for k, v in problems.items()},

@@ -3,22 +3,14 @@ run as its own process (as users run it), reached over REST."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
+from emulation.controlproc import ControllerProcess, free_port, wait_for
 from emulation.ovsfabric import ovs_unavailable
+
+__all__ = ["ControllerProcess", "free_port", "require_emulation", "wait_for"]
 
 REQUIRE_ENV = "FABRICLAB_REQUIRE_EMULATION"
 
@@ -31,92 +23,3 @@ def require_emulation() -> None:
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{REQUIRE_ENV}=1 but emulation is unavailable: {reason}")
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; last: {last!r}")
-
-
-class ControllerProcess:
-    def __init__(self, topology: Path, state_dir: Path, log: Path, *extra: str) -> None:
-        self.of_port, self.api_port = free_port(), free_port()
-        self.topology, self.state_dir, self.log, self.extra = topology, state_dir, log, extra
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def openflow(self) -> str:
-        return f"tcp:127.0.0.1:{self.of_port}"
-
-    def start(self, env: dict[str, str] | None = None) -> None:
-        argv = [
-            sys.executable, "-m", "controller.cli", "controller",
-            "--topology", str(self.topology), "--state-dir", str(self.state_dir),
-            "--openflow", f"127.0.0.1:{self.of_port}", "--api", f"127.0.0.1:{self.api_port}",
-            "--lldp-interval", "2", *self.extra,
-        ]  # fmt: skip
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-            )
-        wait_for(lambda: self.get("health"), 30, "controller REST")
-
-    def stop(self) -> int:
-        """SIGTERM (as systemd or docker would) and the exit code."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(15)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-
-    def request(
-        self, method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None
-    ) -> tuple[int, Any]:
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.api_port}/api/v1/{path}",
-            data=body.encode() if body is not None else None,
-            method=method,
-            headers=headers or {},
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=60) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as err:
-            return err.code, json.load(err)
-
-    def get(self, path: str) -> Any:
-        status, body = self.request("GET", path)
-        assert status == 200, body
-        return body
-
-    def ready(self, switches: int) -> dict[str, Any]:
-        """Wait until every switch is connected and holds the current tables."""
-
-        def check() -> dict[str, Any] | None:
-            health: dict[str, Any] = self.get("health")
-            ok = health["switches_connected"] == switches and health["in_sync"]
-            return health if ok else None
-
-        result: dict[str, Any] = wait_for(check, 60, f"{switches} switches connected and in sync")
-        return result

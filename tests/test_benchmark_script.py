@@ -26,3 +26,32 @@ def test_routing_benchmark_runs_and_reports_json() -> None:
         assert row["route_s"] > 0 and row["shifts_evaluated"] == 127
     assert rows["ftree"]["shift_worst_max_flows"] == 1
     assert rows["minhop"]["all_to_all_max_over_mean"] > rows["ftree"]["all_to_all_max_over_mean"]
+
+
+def test_controller_benchmark_runs_and_reports_json() -> None:
+    from tests.ovs_support import require_emulation
+
+    require_emulation()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/controlplane.py",
+            "--quick",
+            "--parts",
+            "flow_rate,reroute",
+            "--failures",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    rate = report["flow_rate"]
+    assert rate["installed_on_switch"] == rate["flows"] and rate["flow_mods_per_s"] > 0
+    assert rate["baseline_barrier_per_flow"]["flow_mods_per_s"] > 0
+    k4 = report["reroute"]["k4"]
+    assert k4["failures"] == 2 and k4["installed_ms"]["max"] > 0

@@ -32,7 +32,7 @@ def load_fabric(path: str, fmt: str = "auto") -> Fabric:
     """A topology file (YAML) or an ibnetdiscover/ibsim dump, validated."""
     file = Path(path)
     if not file.exists():
-        raise TopologyError("no such file", file=path)
+        raise TopologyError("no such file", file=str(path))
     kind = sniff_format(file) if fmt == "auto" else fmt
     if kind == "ibnet":
         return load_ibnet(file)

@@ -112,7 +112,10 @@ class SubnetManager:
         subnet = Subnet.build(live, assign_lids(live, previous=self.lids))
         tables = router.route(subnet)
         generation = self.generation + 1
-        programs = compile_programs(tables, self.addresses, self.dpids, options, generation)
+        previous = None
+        if self.current is not None and self.current.engine == engine and self.current.options == options:
+            previous = (self.current.tables, self.current.programs)
+        programs = compile_programs(tables, self.addresses, self.dpids, options, generation, previous)
         return Computation(
             generation=generation,
             engine=engine,
