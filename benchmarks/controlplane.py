@@ -85,10 +85,11 @@ def flow_rate(n_flows: int, n_baseline: int) -> dict[str, Any]:
     port = free_port()
     runtime = start_openflow(listener, "127.0.0.1", port)
     bridge, dpid = "flbench0", 0x02FAB1FF00000001
+    settings = ["datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure",
+                f"other-config:datapath-id={dpid:016x}"]  # fmt: skip
     subprocess.run(
-        ["ovs-vsctl", "--", "--if-exists", "del-br", bridge, "--", "add-br", bridge, "--", "set", "Bridge", bridge,
-         "datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure", f"other-config:datapath-id={dpid:016x}",
-         "--", "set-controller", bridge, f"tcp:127.0.0.1:{port}"],
+        ["ovs-vsctl", "--", "--if-exists", "del-br", bridge, "--", "add-br", bridge,
+         "--", "set", "Bridge", bridge, *settings, "--", "set-controller", bridge, f"tcp:127.0.0.1:{port}"],
         check=True,
     )  # fmt: skip
     try:
@@ -269,17 +270,17 @@ def loss_window(failures: int, rate_pps: int, workdir: Path) -> dict[str, Any]:
 
 def _probe_failure(lab: Lab, src: str, dst: str, dst_ip: str, rate: int, node: str, port: int) -> float:
     port_no, duration = 5999, 1.6
-    receiver = lab.net.popen(dst, [sys.executable, PROBE, "recv", str(port_no), str(duration + 0.8)],
-                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    recv_argv = [sys.executable, PROBE, "recv", str(port_no), str(duration + 0.8)]
+    receiver = lab.net.popen(dst, recv_argv, stdout=subprocess.PIPE, text=True)
     assert receiver.stdout is not None
     assert receiver.stdout.readline().strip() == "ready"
-    sender = lab.net.popen(src, [sys.executable, PROBE, "send", dst_ip, str(port_no), str(rate), str(duration)],
-                           stdout=subprocess.PIPE, text=True)  # fmt: skip
+    send_argv = [sys.executable, PROBE, "send", dst_ip, str(port_no), str(rate), str(duration)]
+    sender = lab.net.popen(src, send_argv, stdout=subprocess.PIPE, text=True)
     time.sleep(0.6)
     lab.net.set_link(node, port, up=False)
     sent = json.loads(sender.communicate(timeout=30)[0])["sent"]
     report = json.loads(receiver.communicate(timeout=30)[0])
-    missing = sum(g[1] for g in report["gaps"]) + max(0, sent - 1 - report["max_seq"])
+    missing = sum(int(g[1]) for g in report["gaps"]) + max(0, int(sent) - 1 - int(report["max_seq"]))
     return 1000.0 * missing / rate
 
 

@@ -1,13 +1,14 @@
 """Sequence-numbered UDP probe for loss windows (runs inside host namespaces).
 
     udp_probe.py send DST_IP PORT RATE_PPS DURATION_S
-    udp_probe.py recv PORT DURATION_S          -> prints JSON {"received", "max_seq", "gaps": [[after, missing]...]}
+    udp_probe.py recv PORT DURATION_S    # prints JSON {"received", "max_seq", "gaps": [[after, missing]...]}
 
 The receiver is the truth: OVS's userspace datapath can drop without counting it in port statistics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -29,10 +30,8 @@ def send(dst: str, port: int, rate_pps: float, duration_s: float) -> None:
         due = start + seq * interval
         if now < due:
             continue  # busy wait: sleep() is too coarse at 10k+ pps
-        try:
+        with contextlib.suppress(OSError):  # ENOBUFS under load: loss at the receiver, as it should be
             sock.sendto(struct.pack("!Q", seq) + payload, (dst, port))
-        except OSError:
-            pass  # ENOBUFS under load: counts as loss at the receiver, as it should
         seq += 1
     print(json.dumps({"sent": seq}))
 

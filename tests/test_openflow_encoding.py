@@ -9,6 +9,7 @@ import pytest
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
+from controller.sm.addressing import mac_str
 from controller.sm.intents import COOKIE_MAGIC, FlowIntent, GroupIntent, GroupKind, match
 from controller.southbound import openflow
 
@@ -38,9 +39,7 @@ FLOWS = [
 
 
 def _slow(dp: FakeDatapath, flow: FlowIntent, delete: bool) -> bytes:
-    fields = {
-        n: (openflow.mac_str(v) if n.startswith("eth_") and n != "eth_type" else v) for n, v in flow.match
-    }
+    fields = {n: (mac_str(v) if n.startswith("eth_") and n != "eth_type" else v) for n, v in flow.match}
     if delete:
         msg = parser.OFPFlowMod(
             dp, table_id=flow.table, command=ofp.OFPFC_DELETE_STRICT, priority=flow.priority,
