@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
 from controller.sm.intents import FlowIntent, SwitchDelta, cookie_of, match  # noqa: E402
 from controller.sm.manager import SubnetManager  # noqa: E402
 from emulation.controlproc import ControllerProcess, free_port, wait_for  # noqa: E402
-from emulation.ovsfabric import OvsDaemon, OvsFabric, ovs_unavailable  # noqa: E402
+from emulation.ovs import OvsDaemon, OvsFabric, ovs_available  # noqa: E402
 from topologies.generators import fat_tree  # noqa: E402
 from topologies.loader import dump_yaml  # noqa: E402
 
@@ -294,7 +294,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rate", type=int, default=10000, help="UDP probe rate (packets/s)")
     args = parser.parse_args()
-    reason = ovs_unavailable()
+    reason = ovs_available()
     if reason:
         print(json.dumps({"error": reason}))
         return 1

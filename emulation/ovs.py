@@ -13,14 +13,19 @@ processes: one `ip -batch` creates every namespace and veth (host ends are born 
 their final name and MAC), a few `ip -batch` processes configure the hosts in parallel, and one `ovs-vsctl`
 transaction creates every bridge, port and controller record.
 
-Every object is named `{tag}...` with a short per-instance tag and index-based suffixes (Linux interface names
-are limited to 15 characters, topology names are not); `down()` removes exactly what `up()` created, and
-`up()` refuses to start if any name it would use already exists, so it can never delete what is not its own.
+Every object is named `{tag}...` with a short per-instance tag and index-based suffixes (Linux interface
+names are limited to 15 characters, topology names are not); `down()` removes exactly what `up()` created,
+and `up()` refuses to start if any name it would use already exists, so it never deletes what is not its own.
+
+Beware the kernel's ARP table: it is shared by all namespaces, and beyond `net.ipv4.neigh.default.gc_thresh3`
+(1024) learned entries new ones are refused ("neighbor table overflow"), so all-pairs traffic between more
+than ~22 hosts fails for want of ARP.  `static_arp=True` installs permanent entries, which are not counted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import math
 import os
 import re
@@ -32,7 +37,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from topologies.model import Fabric
@@ -44,16 +48,10 @@ TAG_ALPHABET = string.ascii_lowercase + string.digits
 HOST_CONFIG_PROCESSES = 4  # parallel `ip -batch` processes configuring host namespaces
 
 
-def _run(
-    argv: Sequence[str], stdin: str | None = None, check: bool = True, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        list(argv), input=stdin, check=False, capture_output=True, text=True, timeout=timeout
-    )
+def _run(argv: Sequence[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(list(argv), input=stdin, check=False, capture_output=True, text=True, timeout=300)
     if check and result.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(argv[:4])} ... failed ({result.returncode}): {result.stderr.strip()[:1000]}"
-        )
+        raise RuntimeError(f"{' '.join(argv[:4])} ... failed ({result.returncode}): {result.stderr.strip()[:999]}")
     return result
 
 
@@ -84,7 +82,7 @@ class OvsDaemon:
         """Make sure ovsdb-server and ovs-vswitchd answer; True if this call had to start them."""
         if ovs_running():
             return False
-        _run([OVS_CTL, "--system-id=random", "start"], check=False, timeout=timeout_s + 30)
+        _run([OVS_CTL, "--system-id=random", "start"], check=False)
         deadline = time.monotonic() + timeout_s
         while not ovs_running():
             if time.monotonic() > deadline:
@@ -95,7 +93,7 @@ class OvsDaemon:
 
     def stop_if_started(self) -> None:
         if self.started:
-            _run([OVS_CTL, "stop"], check=False, timeout=60)
+            _run([OVS_CTL, "stop"], check=False)
             self.started = False
 
 
@@ -138,7 +136,9 @@ class OvsFabric:
 
     `addresses` maps (host, port) to (MAC, IPv4); host ports without an entry get an interface but no
     address.  `controller` is an OVS target such as "tcp:127.0.0.1:6653" (None: no controller; in
-    `fail_mode=secure` the bridges then drop everything until flows are added by hand).
+    `fail_mode=secure` the bridges then drop everything until flows are added by hand).  `static_arp`
+    gives every host permanent ARP entries for all addresses on its subnets, so hosts never ARP (the
+    controller's ARP answering is then not exercised) and large fabrics escape the kernel's ARP table limit.
     """
 
     def __init__(
@@ -150,6 +150,7 @@ class OvsFabric:
         inactivity_probe_ms: int = 30000,
         mtu: int = 1500,
         prefix_len: int = 16,
+        static_arp: bool = False,
     ) -> None:
         self.fabric = fabric
         self.addresses = addresses
@@ -158,6 +159,7 @@ class OvsFabric:
         self.inactivity_probe_ms = inactivity_probe_ms
         self.mtu = mtu
         self.prefix_len = prefix_len
+        self.static_arp = static_arp
         if not re.fullmatch(r"[a-z][a-z0-9]*", self.tag):
             raise ValueError(f"tag {self.tag!r}: lowercase letters and digits, starting with a letter")
         self._switch_index = {node.name: i for i, node in enumerate(fabric.switches)}
@@ -212,9 +214,7 @@ class OvsFabric:
         self.up()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.down()
 
     def up(self) -> None:
@@ -228,6 +228,7 @@ class OvsFabric:
             raise RuntimeError(f"tag {self.tag} already in use: {', '.join(taken[:5])}")
         try:
             self._build()
+            self._wait_ports_live()
         except BaseException:
             with contextlib.suppress(RuntimeError):  # the build error matters more
                 self.down()
@@ -270,6 +271,29 @@ class OvsFabric:
             for future in futures:
                 future.result()
 
+    def _wait_ports_live(self, timeout_s: float = 30.0) -> None:
+        """Return once OVS reports every port's link up.  ovs-vswitchd learns carrier from netlink a moment
+        after the port is added; traffic sent before that is dropped, which made first pings flaky."""
+        ours = {
+            self._port_name(ref.node, ref.port)
+            for ref in self.fabric.port_map
+            if ref.node in self._switch_index
+        }
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = _run(
+                ["ovs-vsctl", "--timeout=30", "--format=csv", "--no-headings", "--columns=name,link_state",
+                 "list", "Interface"],
+            ).stdout  # fmt: skip
+            up = {name.strip('"') for name, _, state in (line.partition(",") for line in out.splitlines())
+                  if state.strip('"') == "up"}  # fmt: skip
+            waiting = ours - up
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ports not up after {timeout_s} s: {', '.join(sorted(waiting)[:5])}")
+            time.sleep(0.05)
+
     def _host_config(self, host: str, ports: Sequence[int]) -> str:
         """One `ip -batch` line configuring a host inside its namespace.
 
@@ -289,6 +313,14 @@ class OvsFabric:
                 ip = self.addresses[(host, port)][1]
                 script.append(f"ip addr add {ip}/{self.prefix_len} dev {name}")
             script.append(f"ip link set {name} up")
+            if self.static_arp and (host, port) in self.addresses:
+                subnet = ipaddress.ip_interface(f"{self.addresses[(host, port)][1]}/{self.prefix_len}").network
+                neigh = "".join(
+                    f"neigh replace {ip} lladdr {mac} dev {name} nud permanent\\n"
+                    for (other, _), (mac, ip) in self.addresses.items()
+                    if other != host and ipaddress.ip_address(ip) in subnet
+                )
+                script.append(f"printf '{neigh}' | ip -batch -")  # one argument: fine up to ~2000 hosts
         return f'netns exec {self.namespace_of(host)} sh -ec "{"; ".join(script)}"\n'
 
     def _controller_args(self, bridge: str, target: str, index: int) -> list[str]:
@@ -319,7 +351,7 @@ class OvsFabric:
                 args += ["--", "add-port", br, name, "--", "set", "Interface", name, f"ofport_request={port}"]
             if self.controller is not None:
                 args += self._controller_args(br, self.controller, index)
-        _run(args, timeout=180)
+        _run(args)
 
     def down(self) -> None:
         """Remove the bridges, veths and namespaces this instance created; idempotent, touches nothing else.
@@ -336,7 +368,7 @@ class OvsFabric:
             args = ["ovs-vsctl", "--timeout=120"]
             for br in bridges:
                 args += ["--", "--if-exists", "del-br", br]
-            result = _run(args, check=False, timeout=180)
+            result = _run(args, check=False)
             if result.returncode != 0:
                 errors.append(f"ovs-vsctl del-br: {result.stderr.strip()[:300]}")
         in_group = _root_links(self._group) if veths else []
@@ -368,7 +400,7 @@ class OvsFabric:
         args = ["ovs-vsctl", "--timeout=120"]
         for index, br in enumerate(self.bridges):
             args += self._controller_args(br, target, index) if target else ["--", "del-controller", br]
-        _run(args, timeout=180)
+        _run(args)
         self.controller = target
 
     def dump_flows(self, switch: str, stats: bool = False) -> list[str]:

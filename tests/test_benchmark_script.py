@@ -29,7 +29,7 @@ def test_routing_benchmark_runs_and_reports_json() -> None:
 
 
 def test_controller_benchmark_runs_and_reports_json() -> None:
-    from tests.ovs_support import require_emulation
+    from tests.emulation_support import require_emulation
 
     require_emulation()
     done = subprocess.run(

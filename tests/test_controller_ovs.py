@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from controller.sm.manager import SubnetManager
-from emulation.ovsfabric import OvsDaemon, OvsFabric, leftovers
+from emulation.ovs import OvsDaemon, OvsFabric, leftovers
 from tests.conftest import ROOT
-from tests.ovs_support import ControllerProcess, require_emulation, wait_for
+from tests.emulation_support import ControllerProcess, ovs_daemon_fixture, wait_for  # noqa: F401
 from topologies.loader import load_topology
 
 TOPOLOGY = ROOT / "topologies" / "fat-tree-k4.yaml"
@@ -44,10 +44,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    require_emulation()
-    daemon = OvsDaemon()
-    daemon.ensure_running()
+def rig(tmp_path_factory: pytest.TempPathFactory, ovs_daemon: OvsDaemon) -> Iterator[Rig]:
     r = Rig(tmp_path_factory.mktemp("ovs"))
     r.controller.start()
     try:
@@ -59,7 +56,6 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             r.controller.stop()
         r.net.down()
         assert leftovers(r.net.tag) == []
-        daemon.stop_if_started()
 
 
 def test_all_pairs_reach_each_other_through_the_controllers_tables(rig: Rig) -> None:
