@@ -5,21 +5,19 @@ module here) speaking OpenFlow 1.3 in `fail_mode=secure`, so it forwards only wh
 and never falls back to learning-switch behaviour (which would loop on a fat-tree).  The bridge's datapath
 id is the node GUID, the id the controller looks switches up by, and every port is added with
 `ofport_request` equal to its topology port number, so OpenFlow port numbers are topology port numbers and
-forwarding tables need no translation.  Hosts are network namespaces whose interfaces are named `eth{port-1}`
-as on a real server.
+forwarding tables need no translation.  Hosts are network namespaces with interfaces `eth{port-1}`.
 
-Speed matters (a k=8 fat-tree has 80 bridges, 128 hosts, 384 cables), so the whole build is a handful of
-processes: one `ip -batch` creates every namespace and veth (host ends are born inside their namespace with
-their final name and MAC), a few `ip -batch` processes configure the hosts in parallel, and one `ovs-vsctl`
+Speed matters (a k=8 fat-tree has 80 bridges, 128 hosts, 384 cables), so a build is a handful of processes:
+one `ip -batch` creates every namespace and veth, a few configure the hosts in parallel, and one `ovs-vsctl`
 transaction creates every bridge, port and controller record.
 
 Every object is named `{tag}...` with a short per-instance tag and index-based suffixes (Linux interface
 names are limited to 15 characters, topology names are not); `down()` removes exactly what `up()` created,
 and `up()` refuses to start if any name it would use already exists, so it never deletes what is not its own.
 
-Beware the kernel's ARP table: it is shared by all namespaces, and beyond `net.ipv4.neigh.default.gc_thresh3`
-(1024) learned entries new ones are refused ("neighbor table overflow"), so all-pairs traffic between more
-than ~22 hosts fails for want of ARP.  `static_arp=True` installs permanent entries, which are not counted.
+Beware the kernel's ARP table: it is shared by all namespaces, and beyond net.ipv4.neigh.default.gc_thresh3
+(1024) learned entries new ones are refused ("neighbor table overflow"), so all-pairs traffic among more
+than ~22 hosts fails for want of ARP.  `static_arp=True` installs permanent entries, which do not count.
 """
 
 from __future__ import annotations
@@ -44,14 +42,16 @@ from topologies.model import Fabric
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 TOOLS = ("ovs-vsctl", "ovs-ofctl", "ip", "ethtool", "ping", "sysctl")
 IFNAMSIZ = 15  # longest Linux interface name
-TAG_ALPHABET = string.ascii_lowercase + string.digits
 HOST_CONFIG_PROCESSES = 4  # parallel `ip -batch` processes configuring host namespaces
 
 
-def _run(argv: Sequence[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+_Done = subprocess.CompletedProcess[str]
+
+
+def _run(argv: Sequence[str], stdin: str | None = None, check: bool = True) -> _Done:
     result = subprocess.run(list(argv), input=stdin, check=False, capture_output=True, text=True, timeout=300)
     if check and result.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:4])} ... failed ({result.returncode}): {result.stderr.strip()[:999]}")
+        raise RuntimeError(f"{' '.join(argv[:4])} ... failed ({result.returncode}): {result.stderr[:999]}")
     return result
 
 
@@ -72,8 +72,7 @@ def ovs_running() -> bool:
 
 
 class OvsDaemon:
-    """Starts Open vSwitch if it is not running; stops it later only if this object started it, so a
-    daemon someone else runs (another test session, the system) is never disturbed."""
+    """Starts Open vSwitch if need be; stops it only if this object started it (never someone else's)."""
 
     def __init__(self) -> None:
         self.started = False
@@ -98,8 +97,7 @@ class OvsDaemon:
 
 
 def _name_patterns(tag: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """(interface/bridge names, namespace names) an instance with `tag` uses; exact, so that tag "ab" never
-    matches another instance's "ab1s0"."""
+    """(interface and bridge names, namespace names) of `tag`; exact: tag "ab" never matches "ab1s0"."""
     t = re.escape(tag)
     return re.compile(rf"{t}s\d+(p\d+)?"), re.compile(rf"{t}h\d+")
 
@@ -126,19 +124,15 @@ def leftovers(tag: str) -> list[str]:
     return found
 
 
-def random_tag() -> str:
-    """Three characters, a letter first: 46656 distinct tags, few enough characters for 15-char names."""
-    return secrets.choice(string.ascii_lowercase) + "".join(secrets.choice(TAG_ALPHABET) for _ in range(2))
-
-
 class OvsFabric:
     """A `Fabric` on Open vSwitch; use as a context manager (`with OvsFabric(...) as net:`) or up()/down().
 
     `addresses` maps (host, port) to (MAC, IPv4); host ports without an entry get an interface but no
     address.  `controller` is an OVS target such as "tcp:127.0.0.1:6653" (None: no controller; in
-    `fail_mode=secure` the bridges then drop everything until flows are added by hand).  `static_arp`
-    gives every host permanent ARP entries for all addresses on its subnets, so hosts never ARP (the
-    controller's ARP answering is then not exercised) and large fabrics escape the kernel's ARP table limit.
+    `fail_mode=secure` the bridges then drop everything until flows are added by hand).  `tag` defaults to
+    three random characters.  `static_arp` gives every host permanent ARP entries for all addresses on its
+    subnets, so hosts never ARP (the controller's ARP answering is then not exercised) and large fabrics
+    escape the kernel's ARP table limit.
     """
 
     def __init__(
@@ -152,13 +146,10 @@ class OvsFabric:
         prefix_len: int = 16,
         static_arp: bool = False,
     ) -> None:
-        self.fabric = fabric
-        self.addresses = addresses
-        self.controller = controller
-        self.tag = tag if tag is not None else random_tag()
-        self.inactivity_probe_ms = inactivity_probe_ms
-        self.mtu = mtu
-        self.prefix_len = prefix_len
+        self.fabric, self.addresses, self.controller = fabric, addresses, controller
+        alnum = string.ascii_lowercase + string.digits  # a letter first, then two more: 46656 tags
+        self.tag = tag or "".join(map(secrets.choice, (string.ascii_lowercase, alnum, alnum)))
+        self.inactivity_probe_ms, self.mtu, self.prefix_len = inactivity_probe_ms, mtu, prefix_len
         self.static_arp = static_arp
         if not re.fullmatch(r"[a-z][a-z0-9]*", self.tag):
             raise ValueError(f"tag {self.tag!r}: lowercase letters and digits, starting with a letter")
@@ -170,14 +161,11 @@ class OvsFabric:
         longest = max((self._port_name(s.name, s.ports) for s in fabric.switches), key=len, default="")
         if len(longest) > IFNAMSIZ:
             raise ValueError(f"tag {self.tag!r} too long: interface {longest} exceeds {IFNAMSIZ} characters")
-        # Interface group of this instance's veths, so that down() can delete them all in one kernel batch.
-        self._group = (1 << 16) + secrets.randbelow((1 << 31) - (1 << 16))
+        self._group = (1 << 16) + secrets.randbelow(1 << 30)  # interface group of our veths, see down()
         # What up() created (or is creating): the only things down() removes.
         self._bridges: list[str] = []
         self._veths: list[str] = []  # one root-namespace end per pair; deleting it deletes the pair
         self._namespaces: list[str] = []
-
-    # --- names ------------------------------------------------------------------------------------------
 
     def _port_name(self, switch: str, port: int) -> str:
         return f"{self.tag}s{self._switch_index[switch]}p{port}"
@@ -208,6 +196,13 @@ class OvsFabric:
     def bridges(self) -> list[str]:
         return [self.bridge_of(s.name) for s in self.fabric.switches]
 
+    def address_of(self, host: str) -> str:
+        """IPv4 address of a host's lowest-numbered addressed port."""
+        ports = sorted(p for h, p in self.addresses if h == host)
+        if not ports:
+            raise KeyError(f"{host} has no address")
+        return self.addresses[(host, ports[0])][1]
+
     # --- lifecycle --------------------------------------------------------------------------------------
 
     def __enter__(self) -> OvsFabric:
@@ -235,14 +230,12 @@ class OvsFabric:
             raise
 
     def _build(self) -> None:
-        fabric = self.fabric
-        mtu = self.mtu
+        fabric, mtu = self.fabric, self.mtu
         dev = f"mtu {mtu} group {self._group}"
-        cmds: list[str] = []
         root_ends: list[str] = []
         host_ports: dict[str, list[int]] = {h.name: [] for h in fabric.hosts}
         self._namespaces = [self.namespace_of(h.name) for h in fabric.hosts]
-        cmds += [f"netns add {ns}" for ns in self._namespaces]
+        cmds = [f"netns add {ns}" for ns in self._namespaces]
         for link in fabric.links:
             a, b = sorted((link.a, link.b), key=lambda e: fabric.nodes[e.node].is_host)  # switch end first
             root = self._port_name(a.node, a.port)
@@ -259,7 +252,12 @@ class OvsFabric:
             peer = f"name {self.host_interface(b.node, b.port)} mtu {mtu} netns {self.namespace_of(b.node)}"
             cmds.append(f"link add {root} {dev} type veth peer {peer}" + (f" address {mac}" if mac else ""))
         _run(["ip", "-batch", "-"], "\n".join(cmds) + "\n")
-        _disable_ipv6(root_ends)
+        # IPv6 off on root ends before they come up, or the kernel's router solicitations and MLD reports
+        # from one end of a switch-to-switch pair reach the other end's bridge as traffic.  Written to /proc
+        # directly: hundreds of sysctl processes would cost seconds.
+        conf = Path("/proc/sys/net/ipv6/conf")
+        for name in root_ends if conf.is_dir() else []:
+            (conf / name / "disable_ipv6").write_text("1\n")
         _run(["ip", "-batch", "-"], "".join(f"link set {name} up\n" for name in root_ends))
         # Hosts and bridges are independent: configure namespaces while ovs-vswitchd adds the ports.
         host_cmds = [self._host_config(host, ports) for host, ports in host_ports.items()]
@@ -274,20 +272,13 @@ class OvsFabric:
     def _wait_ports_live(self, timeout_s: float = 30.0) -> None:
         """Return once OVS reports every port's link up.  ovs-vswitchd learns carrier from netlink a moment
         after the port is added; traffic sent before that is dropped, which made first pings flaky."""
-        ours = {
-            self._port_name(ref.node, ref.port)
-            for ref in self.fabric.port_map
-            if ref.node in self._switch_index
-        }
+        ours = {self.veth_of(ref.node, ref.port) for ref in self.fabric.port_map}  # every switch port
+        argv = "ovs-vsctl --timeout=30 --format=csv --no-headings --columns=name,link_state list Interface"
         deadline = time.monotonic() + timeout_s
         while True:
-            out = _run(
-                ["ovs-vsctl", "--timeout=30", "--format=csv", "--no-headings", "--columns=name,link_state",
-                 "list", "Interface"],
-            ).stdout  # fmt: skip
-            up = {name.strip('"') for name, _, state in (line.partition(",") for line in out.splitlines())
-                  if state.strip('"') == "up"}  # fmt: skip
-            waiting = ours - up
+            out = _run(argv.split()).stdout
+            rows = (line.partition(",") for line in out.splitlines())
+            waiting = ours - {name.strip('"') for name, _, state in rows if state.strip('"') == "up"}
             if not waiting:
                 return
             if time.monotonic() > deadline:
@@ -299,22 +290,21 @@ class OvsFabric:
 
         IPv6 is disabled so that router solicitations, MLD reports and DAD probes do not reach the switches
         as unexpected packets.  TX checksum offload is turned off because veth hands packets over with the
-        checksum only partially computed ("checksum offload"); the kernel datapath completes it, but OVS's
-        userspace datapath reads packets from an AF_PACKET socket and forwards them as they are, so TCP (and
-        UDP) receivers in other namespaces would drop every segment as corrupt.  ICMP is unaffected, which
-        is why ping works even without this and TCP does not.
+        checksum only partially computed; the kernel datapath would complete it, but OVS's userspace datapath
+        reads packets from an AF_PACKET socket and forwards them as they are, so receivers in other
+        namespaces drop every TCP segment (even the SYN) and UDP datagram as corrupt.  ICMP checksums are
+        always computed in software, which is why ping works without this and TCP does not.
         """
-        script = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"]
-        script.append("ip link set lo up")
+        script = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1", "ip link set lo up"]
         for port in sorted(ports):
             name = self.host_interface(host, port)
             script.append(f"ethtool -K {name} tx off >/dev/null")
-            if (host, port) in self.addresses:
-                ip = self.addresses[(host, port)][1]
-                script.append(f"ip addr add {ip}/{self.prefix_len} dev {name}")
+            own = self.addresses.get((host, port))
+            if own is not None:
+                script.append(f"ip addr add {own[1]}/{self.prefix_len} dev {name}")
             script.append(f"ip link set {name} up")
-            if self.static_arp and (host, port) in self.addresses:
-                subnet = ipaddress.ip_interface(f"{self.addresses[(host, port)][1]}/{self.prefix_len}").network
+            if self.static_arp and own is not None:
+                subnet = ipaddress.ip_interface(f"{own[1]}/{self.prefix_len}").network
                 neigh = "".join(
                     f"neigh replace {ip} lladdr {mac} dev {name} nud permanent\\n"
                     for (other, _), (mac, ip) in self.addresses.items()
@@ -332,7 +322,7 @@ class OvsFabric:
         ]  # fmt: skip
 
     def _create_bridges(self) -> None:
-        """One ovsdb transaction for all bridges, ports and controllers (seconds, not minutes, for k=8).
+        """One ovsdb transaction for all bridges, ports and controllers (2 s, not minutes, for k=8).
 
         `ofport_request` makes OpenFlow port numbers equal topology port numbers; without it OVS numbers
         ports in the order it happens to add them.  In-band control is disabled: it would install hidden
@@ -356,11 +346,10 @@ class OvsFabric:
     def down(self) -> None:
         """Remove the bridges, veths and namespaces this instance created; idempotent, touches nothing else.
 
-        Veths are deleted explicitly rather than left to namespace deletion, which the kernel completes
-        asynchronously (root ends would linger after down() returns), and by interface group: each single
-        deletion waits for an RCU grace period (~20 ms, 7.5 s for a k=8 fat-tree) while a group is
-        unregistered in one batch (0.15 s).  The group is used only if it holds nothing but our names.
-        Most of the remaining time is ovs-vswitchd removing ports, ~20 ms each and not batched."""
+        Veths are deleted explicitly (namespace deletion completes asynchronously) and by interface group,
+        if it holds only our names: one by one, each waits for an RCU grace period (~20 ms, 7.5 s at k=8);
+        a group goes in one batch (0.15 s).  The rest is ovs-vswitchd removing ports and bridges, ~10 and
+        ~40 ms each, one after the other (10 s at k=8)."""
         errors: list[str] = []
         bridges, veths, namespaces = self._bridges, self._veths, self._namespaces
         self._bridges, self._veths, self._namespaces = [], [], []
@@ -374,9 +363,8 @@ class OvsFabric:
         in_group = _root_links(self._group) if veths else []
         if in_group and all(_name_patterns(self.tag)[0].fullmatch(name) for name in in_group):
             _run(["ip", "link", "del", "group", str(self._group)], check=False)
-        present = set(_root_links())
+        present, present_ns = set(_root_links()), set(_namespaces())
         cmds = [f"link del {v}\n" for v in veths if v in present]
-        present_ns = set(_namespaces())
         cmds += [f"netns del {ns}\n" for ns in namespaces if ns in present_ns]
         if cmds:
             result = _run(["ip", "-force", "-batch", "-"], "".join(cmds), check=False)
@@ -406,10 +394,8 @@ class OvsFabric:
     def dump_flows(self, switch: str, stats: bool = False) -> list[str]:
         """The switch's OpenFlow 1.3 flows, one per line; without counters unless `stats`, so that
         snapshots compare equal."""
-        argv = ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", self.bridge_of(switch)]
-        if not stats:
-            argv.insert(3, "--no-stats")
-        out = _run(argv).stdout
+        argv = ["ovs-ofctl", "-O", "OpenFlow13", *([] if stats else ["--no-stats"]), "dump-flows"]
+        out = _run([*argv, self.bridge_of(switch)]).stdout
         return [line.strip() for line in out.splitlines() if line.strip() and "OFPST_FLOW" not in line]
 
     def _exec(self, host: str, argv: Sequence[str]) -> list[str]:
@@ -424,35 +410,24 @@ class OvsFabric:
         """`subprocess.Popen` inside the host's namespace."""
         return subprocess.Popen(self._exec(host, argv), **kwargs)
 
-    def address_of(self, host: str) -> str:
-        """IPv4 address of a host's lowest-numbered addressed port."""
-        ports = sorted(p for h, p in self.addresses if h == host)
-        if not ports:
-            raise KeyError(f"{host} has no address")
-        return self.addresses[(host, ports[0])][1]
-
     def ping_all(
         self, pairs: Iterable[tuple[str, str]], timeout_s: float = 2.0, parallel: int = 64
     ) -> dict[tuple[str, str], bool]:
         """Ping each (src, dst) pair, at most `parallel` pings in flight; True where an echo was answered.
 
-        Each ping probes every 0.2 s until the first reply or `timeout_s` (rounded up to whole seconds, as
-        `ping -w` wants): the userspace datapath on a busy machine loses the odd packet (its forwarding
-        thread competes with the pings for CPU), and one lost probe must not make a pair look broken.  One
-        shell per source host (a namespace entered once, not once per ping) starts its pings in background
-        batches and waits for each batch; several shells run at once."""
+        Each ping probes every 0.2 s until the first reply or `timeout_s` (rounded up to whole seconds for
+        `ping -w`), so one lost probe does not fail a pair.  One shell per source host (a namespace entered
+        once, not per ping) runs its pings in background batches; several shells run at once."""
         wanted = list(dict.fromkeys(pairs))
         by_src: dict[str, list[str]] = {}
         for src, dst in wanted:
             by_src.setdefault(src, []).append(dst)
         batch = max(1, min(parallel, 16))
-        shells = max(1, parallel // batch)
         deadline = max(1, math.ceil(timeout_s))
 
         def ping_from(src: str, dsts: list[str]) -> dict[tuple[str, str], bool]:
-            ips = " ".join(self.address_of(d) for d in dsts)
             script = (
-                f"i=0; for ip in {ips}; do "
+                f"i=0; for ip in {' '.join(self.address_of(d) for d in dsts)}; do "
                 f"(ping -n -q -c 1 -i 0.2 -w {deadline} $ip >/dev/null 2>&1 && echo ok $i || echo fail $i) & "
                 f"i=$((i+1)); [ $((i % {batch})) -eq 0 ] && wait; done; wait"
             )
@@ -462,21 +437,10 @@ class OvsFabric:
             return {(src, d): str(i) in answered for i, d in enumerate(dsts)}
 
         result: dict[tuple[str, str], bool] = {}
-        with ThreadPoolExecutor(shells) as pool:
+        with ThreadPoolExecutor(max(1, parallel // batch)) as pool:
             for part in pool.map(lambda item: ping_from(*item), by_src.items()):
                 result.update(part)
         return {pair: result[pair] for pair in wanted}
 
 
-def _disable_ipv6(interfaces: Iterable[str]) -> None:
-    """Disable IPv6 on root-namespace veth ends before they come up, writing /proc directly (hundreds of
-    sysctl processes would cost seconds).  Otherwise the kernel sends router solicitations and MLD reports
-    from one end of a switch-to-switch pair, and they arrive at the bridge of the other end as traffic."""
-    conf = Path("/proc/sys/net/ipv6/conf")
-    if not conf.is_dir():
-        return
-    for name in interfaces:
-        (conf / name / "disable_ipv6").write_text("1\n")
-
-
-__all__ = ["OVS_CTL", "OvsDaemon", "OvsFabric", "leftovers", "ovs_available", "ovs_running", "random_tag"]
+__all__ = ["OVS_CTL", "OvsDaemon", "OvsFabric", "leftovers", "ovs_available", "ovs_running"]
