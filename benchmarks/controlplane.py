@@ -241,7 +241,9 @@ def loss_window(failures: int, rate_pps: int, workdir: Path) -> dict[str, Any]:
     with Lab(4, workdir) as lab:
         src, dst = "h1", "h16"
         dst_ip = lab.addresses[(dst, 1)][1]
-        lab.net.run(src, ["ping", "-n", "-c", "2", "-W", "1", dst_ip], capture_output=True)  # resolve ARP first
+        lab.net.run(
+            src, ["ping", "-n", "-c", "2", "-W", "1", dst_ip], capture_output=True
+        )  # resolve ARP first
         for mode, body in (
             ("fast_failover", '{"fast_failover": true}'),
             ("controller_only", '{"fast_failover": false}'),
