@@ -39,6 +39,20 @@ class Rig:
         failed = [pair for pair, ok in result.items() if not ok]
         assert not failed, f"{len(failed)} of {len(result)} pairs failed, e.g. {failed[:5]}"
 
+    def assert_switches_hold_exactly_the_desired_tables(self) -> None:
+        """What OVS really holds (not what the controller believes): no stale, missing or duplicate
+        entries."""
+        for view in self.controller.get("switches"):
+            flows = self.net.dump_flows(view["name"])
+            assert len(flows) == view["desired_flows"], (view, len(flows))
+            assert len({f.split(" actions=")[0].split(", ", 1)[1] for f in flows}) == len(
+                flows
+            )  # unique matches
+            groups = [g for g in _groups(self, view["name"]) if "group_id=" in g]
+            assert len(groups) == view["desired_groups"], view
+            generation = self.controller.get("health")["generation"]
+            assert all(int(f.split(",")[0].split("=")[1], 16) & 0xFFFFFFFFFFFF <= generation for f in flows)
+
     def flows(self) -> dict[str, list[str]]:
         return {s.name: sorted(self.net.dump_flows(s.name)) for s in self.fabric.switches}
 
@@ -106,10 +120,12 @@ def test_a_cut_link_is_rerouted_and_reported(rig: Rig) -> None:
         h["node"] == "agg1" for h in route["hops"][1:3] if h["node"] == "leaf1" and h["out_port"] == 3
     )
     assert next(lk for lk in rig.controller.get("links") if not lk["up"])["a"] in ("leaf1:3", "agg1:1")
+    rig.assert_switches_hold_exactly_the_desired_tables()
     rig.net.set_link("agg1", 1, up=True)
     wait_for(lambda: all(lk["up"] for lk in rig.controller.get("links")), 10, "link back up")
     rig.controller.ready(SWITCHES)
     rig.assert_all_pairs_ping()
+    rig.assert_switches_hold_exactly_the_desired_tables()
 
 
 def test_rejected_rest_calls_change_nothing(rig: Rig) -> None:
@@ -163,6 +179,7 @@ def test_restarted_controller_reconciles_without_touching_flows(rig: Rig) -> Non
     assert all(e["flow_mods"] == 0 for e in connects), [e for e in connects if e["flow_mods"]][:2]
     assert rig.flows() == before  # same entries, same cookies, no duplicates
     rig.assert_all_pairs_ping()
+    rig.assert_switches_hold_exactly_the_desired_tables()
 
 
 def test_twenty_reconnect_cycles_keep_threads_flat_and_discovery_complete(rig: Rig) -> None:
@@ -178,3 +195,4 @@ def test_twenty_reconnect_cycles_keep_threads_flat_and_discovery_complete(rig: R
     final = rig.controller.get("health")["threads"]
     assert final <= threads[0] + 4, threads  # no per-cycle growth
     rig.assert_all_pairs_ping()
+    rig.assert_switches_hold_exactly_the_desired_tables()
