@@ -35,7 +35,10 @@ app_manager.register_app(app)
 app.start()
 for _ in range(3):
     app._send_event(Ping(), None)
-time.sleep(0.5)
+deadline = time.monotonic() + 3  # a slow machine gets time; a dead loop never reaches 3
+while len(App.seen) < 3 and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(0.3)
 print(len(App.seen), flush=True)
 import os; os._exit(0)  # raw hub threads are not daemons
 """
