@@ -348,11 +348,27 @@ class FabricService:
     # --- periodic discovery ------------------------------------------------------------------------------
 
     def _lldp_loop(self) -> None:
+        last: tuple[str, ...] = ()
         while not self._stop.wait(self.lldp_interval_s):
             try:
                 with self.lock:
                     self.manager.discovery.expire(time.time(), ttl_s=3 * self.lldp_interval_s)
                 self._sb().probe_links(sorted(self._sb().connected()))
+                report = self.validation()
+                problems = tuple(
+                    [
+                        f"{e['link']} {e['status']}"
+                        for e in report["links"]
+                        if e["status"] in ("missing", "miswired")
+                    ]
+                    + [f"{u} unexpected" for u in report["unexpected"]]
+                )
+                if problems != last:  # log changes, not the same findings every round
+                    if problems:
+                        LOG.warning("cabling: %d problem(s): %s", len(problems), "; ".join(problems[:10]))
+                    elif last:
+                        LOG.info("cabling: all declared links seen as declared")
+                    last = problems
             except Exception:
                 LOG.exception("LLDP round failed")
 
