@@ -42,7 +42,7 @@ from emulation.ovs import OvsDaemon, OvsFabric, ovs_available  # noqa: E402
 from topologies.generators import fat_tree  # noqa: E402
 from topologies.loader import dump_yaml  # noqa: E402
 
-PROBE = str(ROOT / "benchmarks" / "udp_probe.py")
+PROBE = str(ROOT / "emulation" / "probe.py")
 
 
 def _pcts(values: list[float]) -> dict[str, float]:
@@ -282,7 +282,7 @@ def _probe_failure(lab: Lab, src: str, dst: str, dst_ip: str, rate: int, node: s
     lab.net.set_link(node, port, up=False)
     sent = json.loads(sender.communicate(timeout=30)[0])["sent"]
     report = json.loads(receiver.communicate(timeout=30)[0])
-    missing = sum(int(g[1]) for g in report["gaps"]) + max(0, int(sent) - 1 - int(report["max_seq"]))
+    missing = sum(int(g["missing"]) for g in report["gaps"]) + max(0, int(sent) - 1 - int(report["max_seq"]))
     return 1000.0 * missing / rate
 
 

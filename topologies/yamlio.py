@@ -156,8 +156,12 @@ class AllowedKeys:
 def error_from_validation(
     exc: ValidationError, document: Document, allowed_keys: AllowedKeys | None = None
 ) -> InputError:
-    # Report the error that is highest in the file: that is the one a reader fixes first.
-    errors = sorted(exc.errors(), key=lambda e: document.line_of(_clean_loc(e["loc"], document)) or 0)
+    # Report the error that is highest in the file: that is the one a reader fixes first.  An unknown key
+    # goes before a missing one: a misspelt key is both, and its name is the useful part.
+    errors = sorted(
+        exc.errors(),
+        key=lambda e: (e["type"] != "extra_forbidden", document.line_of(_clean_loc(e["loc"], document)) or 0),
+    )
     first = errors[0]
     loc = _clean_loc([item for item in first["loc"] if item != "[key]"], document)
     if first["type"] == "extra_forbidden":

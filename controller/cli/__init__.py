@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from controller.cli import emulate as emulate_cmd
 from controller.cli import route as route_cmd
 from controller.cli import serve as serve_cmd
 from controller.cli import topo as topo_cmd
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     topo_cmd.register(commands)
     route_cmd.register(commands)
     serve_cmd.register(commands)
+    emulate_cmd.register(commands)
     engines = commands.add_parser("engines", help="list routing engines")
     engines.set_defaults(handler=route_cmd.list_engines)
     return parser

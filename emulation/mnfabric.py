@@ -1,0 +1,268 @@
+"""A topology realised as a Mininet network on Open vSwitch's userspace datapath.
+
+The same conventions as `emulation.ovs` (and what the controller expects): datapath id = node GUID,
+OpenFlow port = topology port (Mininet passes `ofport_request`), OpenFlow 1.3, `fail_mode=secure`, hosts
+with the subnet manager's addresses, TX checksum offload off (TCP over the userspace datapath needs it),
+IPv6 off, controller `inactivity_probe` 30 s.  Link speeds are scaled into what HTB can shape (`Scale`):
+Mininet's TCLink caps shaping at 1 Gb/s, and there is no netem here, so delay and loss are not emulated
+(topology files refuse them).  Mininet names are the topology's when they fit Linux's 15-character
+interface names, `s<i>`/`h<i>` otherwise.
+
+Start and stop only touch this network: `stop()` is Mininet's own teardown of its nodes and links (never
+`mn -c`, which kills every process called ping or controller and deletes /tmp/*.log).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from emulation.mesh import Endpoint
+from topologies.model import Fabric
+
+_UNITS = {"K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
+MAX_SHAPED_MBPS = 1000.0
+
+
+class EmulationError(RuntimeError):
+    pass
+
+
+def mininet_available() -> str | None:
+    """None if Mininet can run here, else why not (its Python package and Debian's `mnexec`)."""
+    import importlib.util  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    from emulation.ovs import ovs_available  # noqa: PLC0415
+
+    reason = ovs_available()
+    if reason is not None:
+        return reason
+    if shutil.which("mnexec") is None:
+        return "mnexec not found (Debian: mininet)"
+    if importlib.util.find_spec("mininet") is None:
+        return "the mininet Python package is not installed (pip install mininet)"
+    return None
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Real link speed -> emulated speed, e.g. `400G=200M`: a 400 Gb/s link is shaped to 200 Mb/s."""
+
+    real_gbps: float
+    emulated_gbps: float
+
+    @classmethod
+    def parse(cls, text: str) -> Scale:
+        match = re.fullmatch(r"\s*([\d.]+)\s*([KMGT])\s*=\s*([\d.]+)\s*([KMGT])\s*", text.upper())
+        if not match:
+            raise ValueError(f"scale {text!r}: expected REAL=EMULATED like 400G=200M")
+        real = float(match[1]) * _UNITS[match[2]]
+        emulated = float(match[3]) * _UNITS[match[4]]
+        if real <= 0 or emulated <= 0:
+            raise ValueError(f"scale {text!r}: speeds must be > 0")
+        return cls(real, emulated)
+
+    def mbps(self, bw_gbps: float) -> float:
+        return bw_gbps * self.emulated_gbps / self.real_gbps * 1000.0
+
+
+def _fits(name: str, max_port: int) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name)) and len(f"{name}-eth{max_port}") <= 15
+
+
+class MininetFabric:
+    def __init__(
+        self,
+        fabric: Fabric,
+        addresses: Mapping[tuple[str, int], tuple[str, str]],
+        controller: str = "tcp:127.0.0.1:6653",
+        scale: Scale | None = None,
+        mtu: int = 1500,
+        prefix_len: int = 16,
+        inactivity_probe_ms: int = 30000,
+    ) -> None:
+        self.fabric = fabric
+        self.addresses = addresses
+        self.controller = controller
+        self.scale = scale
+        self.mtu = mtu
+        self.prefix_len = prefix_len
+        self.inactivity_probe_ms = inactivity_probe_ms
+        self.net: Any = None
+        self.names: dict[str, str] = {}
+        for i, node in enumerate(fabric.switches):
+            self.names[node.name] = node.name if _fits(node.name, node.ports) else f"s{i}"
+        for i, node in enumerate(fabric.hosts):
+            self.names[node.name] = node.name if _fits(node.name, node.ports) else f"h{i}"
+        if len(set(self.names.values())) != len(self.names):
+            raise EmulationError("node names collide after shortening for Linux interface names")
+        if scale is not None:
+            for link in fabric.links:
+                if scale.mbps(link.bw_gbps) > MAX_SHAPED_MBPS:
+                    raise EmulationError(
+                        f"link {link}: {link.bw_gbps:g} Gb/s scales to {scale.mbps(link.bw_gbps):g} Mb/s, "
+                        "above "
+                        f"what Mininet's TCLink shapes ({MAX_SHAPED_MBPS:g} Mb/s); choose a smaller scale"
+                    )
+        self.timings: dict[str, float] = {}
+
+    # --- names -------------------------------------------------------------------------------------------
+
+    def node(self, name: str) -> Any:
+        return self.net.get(self.names[name])
+
+    def intf_name(self, node: str, port: int) -> str:
+        """Interface of a topology port (hosts: port p is eth{p-1}, as on a server)."""
+        mn_port = port - 1 if self.fabric.nodes[node].is_host else port
+        return f"{self.names[node]}-eth{mn_port}"
+
+    def switch_intf(self, node: str, port: int) -> str:
+        """The switch-side interface of a port's cable (what a link fault acts on)."""
+        if self.fabric.nodes[node].is_switch:
+            return self.intf_name(node, port)
+        peer = self.fabric.peer(node, port)
+        if peer is None:
+            raise KeyError(f"{node}:{port} is not cabled")
+        return self.intf_name(peer.node, peer.port)
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from mininet.link import Link  # noqa: PLC0415 - Mininet only where emulation runs
+        from mininet.log import setLogLevel  # noqa: PLC0415
+        from mininet.net import Mininet  # noqa: PLC0415
+        from mininet.node import OVSSwitch, RemoteController  # noqa: PLC0415
+
+        setLogLevel("warning")
+        start = time.perf_counter()
+        proto, host, port = self.controller.split(":")
+        if proto != "tcp":
+            raise EmulationError(f"controller {self.controller!r}: only tcp:HOST:PORT is supported")
+        switch_cls = partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure")
+        net = Mininet(switch=switch_cls, controller=None, link=Link, build=False, autoSetMacs=False)
+        self.net = net
+        net.addController(RemoteController("c0", ip=host, port=int(port)))
+        for node in self.fabric.switches:
+            net.addSwitch(self.names[node.name], dpid=f"{node.guid:016x}")
+        for node in self.fabric.hosts:
+            net.addHost(self.names[node.name], ip=None)
+        for link in self.fabric.links:
+            a, b = sorted((link.a, link.b), key=lambda e: self.fabric.nodes[e.node].is_switch)  # host first
+            params: dict[str, Any] = {}
+            ends = []
+            for end in (a, b):
+                is_host = self.fabric.nodes[end.node].is_host
+                ends.append((self.names[end.node], end.port - 1 if is_host else end.port))
+            address = self.addresses.get((a.node, a.port)) if self.fabric.nodes[a.node].is_host else None
+            if address is not None:
+                params["params1"] = {"ip": f"{address[1]}/{self.prefix_len}"}
+                params["addr1"] = address[0]
+            net.addLink(ends[0][0], ends[1][0], port1=ends[0][1], port2=ends[1][1], **params)
+        try:
+            net.build()
+            self.timings["mininet_build_s"] = time.perf_counter() - start
+            net.start()
+            self._configure()
+            if self.scale is not None:
+                self._shape(self.scale)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["mininet_start_s"] = time.perf_counter() - start
+
+    def _configure(self) -> None:
+        """Hosts: IPv6 off, TX checksum offload off, MTU; switches: controller inactivity probe."""
+        for node in self.fabric.hosts:
+            host = self.node(node.name)
+            script = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1"]
+            for intf in host.intfList():
+                if intf.name != "lo":
+                    script.append(f"ethtool -K {intf.name} tx off >/dev/null")
+                    if self.mtu != 1500:
+                        script.append(f"ip link set {intf.name} mtu {self.mtu}")
+            host.cmd("; ".join(script))
+        args = ["ovs-vsctl", "--timeout=60"]
+        for node in self.fabric.switches:
+            name = self.names[node.name]
+            args += ["--", "set", "Controller", name, f"inactivity_probe={self.inactivity_probe_ms}"]
+            if self.mtu != 1500:
+                for intf in self.node(node.name).intfList():
+                    if intf.name != "lo":
+                        subprocess.run(["ip", "link", "set", intf.name, "mtu", str(self.mtu)], check=False)
+        subprocess.run(args, check=True, capture_output=True, text=True)
+
+    def _shape(self, scale: Scale) -> None:
+        """HTB on both ends of every cable at the scaled speed, in one `tc -batch` for the root namespace
+        and one command line per host: Mininet's TCLink runs several tc processes per interface and
+        re-applies them after OVS starts (~60 s for a k=8 fat-tree; this takes a few seconds)."""
+        root: list[str] = []
+        per_host: dict[str, list[str]] = {}
+        for link in self.fabric.links:
+            rate = f"{scale.mbps(link.bw_gbps):.3f}mbit"
+            for end in (link.a, link.b):
+                dev = self.intf_name(end.node, end.port)
+                lines = [
+                    f"qdisc replace dev {dev} root handle 5: htb default 1",
+                    f"class replace dev {dev} parent 5: classid 5:1 htb rate {rate} burst 64k",
+                ]
+                if self.fabric.nodes[end.node].is_host:
+                    per_host.setdefault(end.node, []).extend(lines)
+                else:
+                    root.extend(lines)
+        if root:
+            subprocess.run(
+                ["tc", "-batch", "-"],
+                input="\n".join(root) + "\n",
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        for host, lines in per_host.items():
+            out = self.node(host).cmd("; ".join(f"tc {line}" for line in lines) + "; echo rc=$?")
+            if "rc=0" not in out:
+                raise EmulationError(f"shaping {host} failed: {out.strip()[-300:]}")
+
+    def stop(self) -> None:
+        if self.net is not None:
+            net, self.net = self.net, None
+            net.stop()
+
+    # --- faults and probes -------------------------------------------------------------------------------
+
+    def set_link(self, node: str, port: int, up: bool) -> str:
+        """Cut or restore a cable by downing its switch-side interface: the far end loses carrier."""
+        intf = self.switch_intf(node, port)
+        subprocess.run(["ip", "link", "set", "dev", intf, "up" if up else "down"], check=True)
+        return intf
+
+    def set_switch(self, name: str, up: bool) -> list[str]:
+        """A switch "power cut": every cable of the switch loses carrier (the bridge and its flows stay,
+        as a rebooting switch's configuration would)."""
+        if not self.fabric.nodes[name].is_switch:
+            raise KeyError(f"{name} is not a switch")
+        ports = sorted(ref.port for ref in self.fabric.port_map if ref.node == name)
+        return [self.set_link(name, port, up) for port in ports]
+
+    def endpoints(self) -> list[Endpoint]:
+        from controller.sm.addressing import parse_mac  # noqa: PLC0415
+
+        result = []
+        for (host, port), (mac, _) in sorted(self.addresses.items()):
+            node = self.node(host)
+            result.append(
+                Endpoint(host, f"/proc/{node.pid}/ns/net", self.intf_name(host, port), parse_mac(mac))
+            )
+        return result
+
+    def popen(self, host: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        proc: subprocess.Popen[Any] = self.node(host).popen(argv, **kwargs)
+        return proc
+
+
+__all__ = ["EmulationError", "MininetFabric", "Scale", "mininet_available"]

@@ -1,0 +1,261 @@
+"""Runs a scenario on Mininet with the controller, and writes what a person wants to look at.
+
+Per repetition: a fresh controller process and Mininet fabric, the all-pairs check, traffic (sequence-
+numbered UDP probes inside the hosts), faults at their times on the real interfaces, and OVS port counters
+polled through the controller's REST API at a fixed interval.  Then everything is torn down (only what this
+run created) and the results folder gets `summary.json` (every figure), `report.md`, and PNG plots: link
+utilisation over time (heatmap), per-flow throughput, and loss windows around faults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from controller.sm.manager import SubnetManager
+from emulation.controlproc import ControllerProcess
+from emulation.mesh import check_all_pairs
+from emulation.mnfabric import MininetFabric
+from emulation.report import write_outputs
+from emulation.scenario import FlowPlan, Scenario
+
+BASE_PORT = 6000
+Progress = Callable[[float, str], None]
+
+
+def console_progress(stream: Any = sys.stderr) -> Progress:
+    """A one-line progress bar on a terminal, a line per 10 % otherwise (CI logs)."""
+    last = [-1]
+
+    def show(fraction: float, what: str) -> None:
+        done = int(fraction * 30)
+        if stream.isatty():
+            stream.write(f"\r[{'#' * done}{'.' * (30 - done)}] {fraction * 100:5.1f}%  {what:<40}")
+            if fraction >= 1:
+                stream.write("\n")
+        elif int(fraction * 10) != last[0]:
+            last[0] = int(fraction * 10)
+            stream.write(f"{fraction * 100:5.1f}%  {what}\n")
+        stream.flush()
+
+    return show
+
+
+def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress = progress or (lambda fraction, what: None)
+    reps = []
+    for rep in range(scenario.spec.repetitions):
+
+        def rep_progress(fraction: float, what: str, rep: int = rep) -> None:
+            total = scenario.spec.repetitions
+            progress((rep + fraction) / total, f"rep {rep + 1}/{total}: {what}")
+
+        reps.append(_run_once(scenario, rep, out_dir / f"rep{rep + 1}", rep_progress))
+    summary = {
+        "scenario": scenario.spec.name,
+        "file": str(scenario.file),
+        "fabric": scenario.fabric.summary(),
+        "seed": scenario.spec.seed,
+        "controller": scenario.spec.controller.model_dump(),
+        "scale": scenario.spec.scale,
+        "duration_s": scenario.spec.duration_s,
+        "repetitions": reps,
+    }
+    write_outputs(summary, out_dir)
+    progress(1.0, "done")
+    return summary
+
+
+def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    spec, fabric = scenario.spec, scenario.fabric
+    sm = SubnetManager(fabric)
+    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    args = ["--engine", spec.controller.engine]
+    args += [] if spec.controller.fast_failover else ["--no-fast-failover"]
+    args += ["--multipath"] if spec.controller.multipath else []
+    topology = (scenario.file.parent / spec.topology).resolve()
+    ctl = ControllerProcess(topology, work / "state", work / "controller.log", *args)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    progress(0.0, "starting controller")
+    ctl.start()
+    net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scenario.scale)
+    try:
+        progress(0.02, "building the fabric")
+        net.start()
+        timings.update({k: round(v, 3) for k, v in net.timings.items()})
+        ctl.ready(len(fabric.switches))
+        timings["tables_installed_s"] = round(time.perf_counter() - start, 3)
+        pairs = check_all_pairs(net.endpoints())
+        timings["all_pairs_verified_s"] = round(time.perf_counter() - start, 3)
+        bad = [f"{s}->{d}" for (s, d), ok in pairs.items() if not ok]
+        progress(0.1, f"{len(pairs) - len(bad)}/{len(pairs)} pairs reachable")
+        flows = scenario.flows(rep)
+        placement = {f.name: ctl.get(f"routes?src={f.src}&dst={f.dst}")["path"] for f in flows}
+        since = int(ctl.get("events")[-1]["id"]) if ctl.get("events") else 0
+        measured = _traffic_and_faults(scenario, net, ctl, flows, progress)
+        events = [e for e in ctl.get(f"events?since={since}&limit=1000") if e["kind"] != "switch_connect"]
+    finally:
+        net.stop()
+        ctl.stop()
+    return {
+        "repetition": rep + 1,
+        "timings_s": timings,
+        "all_pairs": {"pairs": len(pairs), "reachable": len(pairs) - len(bad), "unreachable": bad[:50]},
+        "flows": _flow_results(flows, placement, measured["senders"], measured["receivers"]),
+        "faults": measured["faults"],
+        "loss_windows": _loss_windows(flows, measured["receivers"], measured["faults"]),
+        "events": events,
+        "utilisation": measured["utilisation"],
+    }
+
+
+def _traffic_and_faults(
+    scenario: Scenario, net: MininetFabric, ctl: ControllerProcess, flows: list[FlowPlan], progress: Progress
+) -> dict[str, Any]:
+    spec = scenario.spec
+    total = spec.duration_s + spec.settle_s
+    receivers = {}
+    for i, flow in enumerate(flows):
+        argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(total + 1.0)]
+        proc = net.popen(flow.dst, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        receivers[flow.name] = proc
+    for proc in receivers.values():
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    ip_of = {host: ip for (host, _), (_, ip) in sorted(net.addresses.items(), reverse=True)}
+    senders: dict[str, subprocess.Popen[str]] = {}
+    pending = sorted(range(len(flows)), key=lambda i: flows[i].start_s)
+    faults = sorted(spec.faults, key=lambda f: f.at_s)
+    fault_log: list[dict[str, Any]] = []
+    samples: list[tuple[float, list[dict[str, Any]]]] = []
+    poller_stop = threading.Event()
+
+    def poll() -> None:
+        while not poller_stop.is_set():
+            with contextlib.suppress(Exception):  # a missed sample is a gap in the plot, not a failed run
+                samples.append((time.time(), ctl.get("links?counters=true")))
+            poller_stop.wait(spec.poll_interval_s)
+
+    poller = threading.Thread(target=poll, name="counters", daemon=True)
+    t0 = time.monotonic()
+    poller.start()
+    while True:
+        now = time.monotonic() - t0
+        while pending and flows[pending[0]].start_s <= now:
+            i = pending.pop(0)
+            flow = flows[i]
+            argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[flow.dst], str(BASE_PORT + i),
+                    str(flow.rate_pps), str(flow.duration_s), str(flow.size_bytes)]  # fmt: skip
+            senders[flow.name] = net.popen(flow.src, argv, stdout=subprocess.PIPE, text=True)
+        while faults and faults[0].at_s <= now:
+            fault = faults.pop(0)
+            target = fault.port or fault.switch or ""
+            at = time.time()
+            if fault.action.startswith("link"):
+                node, _, port = target.rpartition(":")
+                net.set_link(node, int(port), up=fault.action == "link_up")
+            else:
+                net.set_switch(target, up=fault.action == "switch_up")
+            fault_log.append({"at_s": fault.at_s, "action": fault.action, "target": target, "wall": at})
+        if now >= total:
+            break
+        progress(0.1 + 0.85 * now / total, f"t={now:5.1f}/{total:.1f} s")
+        time.sleep(min(0.05, max(0.0, total - now)))
+    poller_stop.set()
+    sent = {name: json.loads(p.communicate(timeout=60)[0]) for name, p in senders.items()}
+    received = {name: json.loads(p.communicate(timeout=60)[0]) for name, p in receivers.items()}
+    poller.join(5)
+    return {
+        "senders": sent,
+        "receivers": received,
+        "faults": fault_log,
+        "utilisation": _utilisation(scenario, samples),
+    }
+
+
+def _flow_results(
+    flows: list[FlowPlan], placement: dict[str, str], sent: dict[str, Any], received: dict[str, Any]
+) -> list[dict[str, Any]]:
+    result = []
+    for flow in flows:
+        tx, rx = sent.get(flow.name, {"sent": 0}), received[flow.name]
+        lost = max(0, int(tx["sent"]) - int(rx["received"]))
+        result.append(
+            {
+                "name": flow.name,
+                "src": flow.src,
+                "dst": flow.dst,
+                "path": placement[flow.name],
+                "rate_pps": flow.rate_pps,
+                "sent": tx["sent"],
+                "received": rx["received"],
+                "lost": lost,
+                "loss_pct": round(100.0 * lost / tx["sent"], 3) if tx["sent"] else 0.0,
+                "out_of_order": rx["out_of_order"],
+                "goodput_mbps": round(rx["bytes"] * 8 / flow.duration_s / 1e6, 3),
+                "throughput": {"bucket_s": rx["bucket_s"], "packets": rx["buckets"]},
+                "gaps": rx["gaps"],
+            }
+        )
+    return result
+
+
+def _loss_windows(
+    flows: list[FlowPlan], received: dict[str, Any], faults: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Per fault and flow: packets lost in the gap that starts within 2 s after the fault, as time."""
+    windows = []
+    for fault in faults:
+        for flow in flows:
+            gaps = [
+                g
+                for g in received[flow.name]["gaps"]
+                if fault["wall"] - 0.05 <= g["from"] <= fault["wall"] + 2.0
+            ]
+            missing = sum(int(g["missing"]) for g in gaps)
+            windows.append(
+                {
+                    "fault": f"{fault['action']} {fault['target']} @ {fault['at_s']} s",
+                    "flow": flow.name,
+                    "lost_packets": missing,
+                    "loss_window_ms": round(1000.0 * missing / flow.rate_pps, 2),
+                }
+            )
+    return windows
+
+
+def _utilisation(scenario: Scenario, samples: list[tuple[float, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Per link direction and polling interval: transmitted bits per second (and share of the scaled
+    capacity when links are shaped), from consecutive samples of OVS port counters."""
+    fabric = scenario.fabric
+    rows: dict[str, list[float]] = {}
+    times: list[float] = []
+    for (t1, links1), (t2, links2) in itertools.pairwise(samples):
+        dt = t2 - t1
+        if dt <= 0:
+            continue
+        times.append(round(t2 - samples[0][0], 3))
+        for before, after in zip(links1, links2, strict=True):
+            for side, far in (("a", "b"), ("b", "a")):
+                c1, c2 = before.get(f"{side}_counters"), after.get(f"{side}_counters")
+                if not c1 or not c2 or not fabric.nodes[after[far].rpartition(":")[0]].is_switch:
+                    continue
+                bps = max(0, c2["tx_bytes"] - c1["tx_bytes"]) * 8 / dt
+                capacity = after["bw_gbps"] * 1e9
+                if scenario.scale is not None:
+                    capacity = scenario.scale.mbps(after["bw_gbps"]) * 1e6
+                rows.setdefault(f"{after[side]}->{after[far]}", []).append(round(bps / capacity, 5))
+    return {"times_s": times, "unit": "fraction of (scaled) capacity", "links": dict(sorted(rows.items()))}
+
+
+__all__ = ["console_progress", "run_scenario"]

@@ -1,0 +1,251 @@
+"""Scenario files: an experiment written down — fabric, controller settings, traffic, faults, timing, seed.
+
+Validated like topology files, in layers: YAML syntax and duplicate keys, a strict schema (unknown keys
+rejected with "did you mean"), then cross-references against the topology (hosts, ports and switches exist,
+faults fall inside the run).  Every error names file, line and field; nothing runs until all of it passed.
+The result is frozen.  Sections for what later issues add (RoCEv2 traffic, partitions, QoS, adaptive
+routing) extend `traffic` kinds and `controller` keys without changing the rest.
+
+```yaml
+fabriclab: 1
+name: link-failure
+topology: ../topologies/fat-tree-k4.yaml     # relative to this file
+scale: 400G=200M                             # link speeds -> what HTB shapes (optional)
+controller: {engine: ftree, fast_failover: true}
+duration_s: 8
+repetitions: 1
+seed: 7
+poll_interval_s: 0.5                         # port counters for the utilisation heatmap
+traffic:
+  - {kind: udp, src: h1, dst: h16, rate_pps: 2000, size_bytes: 512}
+  - {kind: udp-permutation, rate_pps: 500}   # every host sends to one other, seeded
+faults:
+  - {at_s: 3, action: link_down, port: "leaf1:3"}
+  - {at_s: 5, action: link_up, port: "leaf1:3"}
+```
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from controller.sm.engines import default_registry
+from emulation.mnfabric import Scale
+from topologies.errors import InputError, read_input_file
+from topologies.loader import load_topology
+from topologies.model import Fabric
+from topologies.yamlio import AllowedKeys, Document, PathItem, load_document, validate
+
+
+class ScenarioError(InputError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ControllerSpec(_Strict):
+    engine: str = "ftree"
+    fast_failover: bool = True
+    multipath: bool = False
+
+
+class UdpFlow(_Strict):
+    kind: Literal["udp"]
+    src: str
+    dst: str
+    rate_pps: Annotated[float, Field(gt=0, le=50_000)]
+    size_bytes: Annotated[int, Field(ge=32, le=8900)] = 512
+    start_s: Annotated[float, Field(ge=0)] = 0.0
+    duration_s: Annotated[float, Field(gt=0)] | None = None
+
+
+class UdpPermutation(_Strict):
+    kind: Literal["udp-permutation"]
+    rate_pps: Annotated[float, Field(gt=0, le=50_000)]
+    size_bytes: Annotated[int, Field(ge=32, le=8900)] = 512
+    hosts: list[str] | None = None
+
+
+class Fault(_Strict):
+    at_s: Annotated[float, Field(ge=0)]
+    action: Literal["link_down", "link_up", "switch_down", "switch_up"]
+    port: str | None = None
+    switch: str | None = None
+
+
+Traffic = Annotated[UdpFlow | UdpPermutation, Field(discriminator="kind")]
+
+
+class ScenarioSpec(_Strict):
+    fabriclab: Literal[1]
+    name: str
+    description: str | None = None
+    topology: str
+    scale: str | None = None
+    controller: ControllerSpec = ControllerSpec()
+    duration_s: Annotated[float, Field(gt=0, le=3600)]
+    repetitions: Annotated[int, Field(ge=1, le=100)] = 1
+    seed: int = 0
+    poll_interval_s: Annotated[float, Field(ge=0.1, le=60)] = 0.5
+    settle_s: Annotated[float, Field(ge=0, le=60)] = 1.0
+    traffic: list[Traffic] = []
+    faults: list[Fault] = []
+
+
+class _Keys(AllowedKeys):
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def for_path(self, path: Sequence[PathItem]) -> Sequence[str]:
+        if not path:
+            return list(ScenarioSpec.model_fields)
+        if path == ("controller",):
+            return list(ControllerSpec.model_fields)
+        if len(path) == 2 and path[0] == "faults":
+            return list(Fault.model_fields)
+        if len(path) == 2 and path[0] == "traffic" and isinstance(self.data, dict):
+            try:
+                kind = self.data["traffic"][path[1]].get("kind")
+            except (KeyError, IndexError, TypeError, AttributeError):
+                return ()
+            models: dict[str, type[BaseModel]] = {"udp": UdpFlow, "udp-permutation": UdpPermutation}
+            model = models.get(kind)
+            return list(model.model_fields) if model else ()
+        return ()
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    """One concrete flow of a run (permutations expanded with the seed)."""
+
+    name: str
+    src: str
+    dst: str
+    rate_pps: float
+    size_bytes: int
+    start_s: float
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Scenario:
+    spec: ScenarioSpec
+    file: Path
+    fabric: Fabric
+    scale: Scale | None
+
+    def flows(self, repetition: int = 0) -> list[FlowPlan]:
+        rng = random.Random(f"{self.spec.seed}:{repetition}")
+        hosts = [h.name for h in self.fabric.hosts]
+        plans: list[FlowPlan] = []
+        for index, item in enumerate(self.spec.traffic):
+            if isinstance(item, UdpFlow):
+                duration = item.duration_s or (self.spec.duration_s - item.start_s)
+                plans.append(
+                    FlowPlan(
+                        f"f{index}",
+                        item.src,
+                        item.dst,
+                        item.rate_pps,
+                        item.size_bytes,
+                        item.start_s,
+                        duration,
+                    )
+                )
+            else:
+                members = list(item.hosts or hosts)
+                targets = members[:]
+                while any(a == b for a, b in zip(members, targets, strict=True)):
+                    rng.shuffle(targets)
+                for i, (src, dst) in enumerate(zip(members, targets, strict=True)):
+                    plans.append(
+                        FlowPlan(
+                            f"f{index}.{i}",
+                            src,
+                            dst,
+                            item.rate_pps,
+                            item.size_bytes,
+                            0.0,
+                            self.spec.duration_s,
+                        )
+                    )
+        return plans
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    text = read_input_file(path, ScenarioError)
+    document = load_document(text, str(path))
+    if not isinstance(document.data, dict):
+        raise ScenarioError(
+            "a scenario file is a YAML mapping (name:, topology:, ...)", file=str(path), line=1
+        )
+    spec = validate(ScenarioSpec, document, _Keys(document.data))
+    return _cross_check(spec, document, path)
+
+
+def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
+    topology_path = (path.parent / spec.topology).resolve()
+    if not topology_path.exists():
+        raise doc.error(["topology"], f"no such file: {topology_path}")
+    fabric = load_topology(topology_path)
+    scale = None
+    if spec.scale is not None:
+        try:
+            scale = Scale.parse(spec.scale)
+        except ValueError as exc:
+            raise doc.error(["scale"], str(exc)) from None
+    engines = default_registry()
+    if spec.controller.engine not in engines:
+        known = ", ".join(engines.names())
+        raise doc.error(
+            ["controller", "engine"], f"unknown routing engine {spec.controller.engine!r} ({known})"
+        )
+    hosts = {h.name for h in fabric.hosts}
+    for i, item in enumerate(spec.traffic):
+        names: list[tuple[str, str]] = (
+            [("src", item.src), ("dst", item.dst)] if isinstance(item, UdpFlow) else []
+        )
+        if isinstance(item, UdpPermutation):
+            names = [(str(j), h) for j, h in enumerate(item.hosts or [])]
+            if item.hosts is not None and len(set(item.hosts)) < 2:
+                raise doc.error(["traffic", i, "hosts"], "a permutation needs at least two distinct hosts")
+        for field, name in names:
+            if name not in hosts:
+                where: list[PathItem] = (
+                    ["traffic", i, field] if field in ("src", "dst") else ["traffic", i, "hosts"]
+                )
+                raise doc.error(where, f"unknown host {name!r}")
+        if isinstance(item, UdpFlow):
+            if item.src == item.dst:
+                raise doc.error(["traffic", i, "dst"], "a flow needs two different hosts")
+            if item.start_s >= spec.duration_s:
+                raise doc.error(["traffic", i, "start_s"], f"starts after the run ends ({spec.duration_s} s)")
+    for i, fault in enumerate(spec.faults):
+        if fault.at_s >= spec.duration_s:
+            raise doc.error(["faults", i, "at_s"], f"after the run ends ({spec.duration_s} s)")
+        if fault.action.startswith("link"):
+            if fault.port is None or fault.switch is not None:
+                raise doc.error(
+                    ["faults", i, "port"], f"{fault.action} needs `port: NODE:PORT` (and no switch)"
+                )
+            node, _, number = fault.port.rpartition(":")
+            if node not in fabric.nodes or not number.isdigit() or fabric.peer(node, int(number)) is None:
+                raise doc.error(["faults", i, "port"], f"{fault.port!r} is not a cabled port of the topology")
+        else:
+            if fault.switch is None or fault.port is not None:
+                raise doc.error(["faults", i, "switch"], f"{fault.action} needs `switch: NAME` (and no port)")
+            if fault.switch not in fabric.nodes or not fabric.nodes[fault.switch].is_switch:
+                raise doc.error(["faults", i, "switch"], f"unknown switch {fault.switch!r}")
+    return Scenario(spec, path, fabric, scale)
+
+
+__all__ = ["FlowPlan", "Scenario", "ScenarioError", "ScenarioSpec", "load_scenario"]

@@ -1,0 +1,153 @@
+"""The emulator on real Mininet + OVS (userspace datapath) with the controller as its own process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.sm.manager import SubnetManager
+from emulation.controlproc import ControllerProcess
+from emulation.mesh import check_all_pairs
+from emulation.mnfabric import MininetFabric, Scale, mininet_available
+from emulation.ovs import OvsDaemon
+from emulation.runner import run_scenario
+from emulation.scenario import load_scenario
+from tests.conftest import ROOT
+from tests.emulation_support import require_emulation
+from topologies.loader import load_topology
+
+TOPOLOGY = ROOT / "topologies" / "fat-tree-k4.yaml"
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[OvsDaemon]:
+    require_emulation(mininet_available())
+    d = OvsDaemon()
+    d.ensure_running()
+    yield d
+    d.stop_if_started()
+
+
+def leftovers(names: list[str]) -> list[str]:
+    bridges = subprocess.run(
+        ["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    hosts = subprocess.run(["pgrep", "-f", "mininet:h"], capture_output=True, text=True, check=False).stdout
+    found = [f"bridge {b}" for b in bridges if b in names]
+    found += [f"link {n}" for n in names if f" {n}-eth" in links]
+    found += [f"host process {pid}" for pid in hosts.split()]
+    return found
+
+
+def test_k4_comes_up_and_every_pair_is_reached_through_the_controller(
+    daemon: OvsDaemon, tmp_path: Path
+) -> None:
+    fabric = load_topology(TOPOLOGY)
+    sm = SubnetManager(fabric)
+    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    ctl = ControllerProcess(TOPOLOGY, tmp_path / "state", tmp_path / "controller.log")
+    ctl.start()
+    net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=Scale.parse("400G=200M"))
+    try:
+        net.start()
+        ctl.ready(len(fabric.switches))
+        pairs = check_all_pairs(net.endpoints())
+        assert len(pairs) == 240 and all(pairs.values()), [p for p, ok in pairs.items() if not ok][:5]
+        flows = subprocess.run(
+            ["ovs-ofctl", "-O", "OpenFlow13", "--no-stats", "dump-flows", "leaf1"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        entries = [line for line in flows.splitlines() if "priority=" in line]
+        assert len(entries) == 18 and all("cookie=0xfab1" in e for e in entries)  # ours only: no NORMAL
+        assert "NORMAL" not in flows
+        out = net.node("h1").cmd("ping -n -c 2 -W 2 10.0.0.16")  # IP + ARP answered by the controller
+        assert " 0% packet loss" in out, out
+        shaped = subprocess.run(
+            ["tc", "class", "show", "dev", "leaf1-eth3"], capture_output=True, text=True, check=True
+        ).stdout
+        assert "rate 200Mbit" in shaped, shaped
+    finally:
+        net.stop()
+        ctl.stop()
+    assert leftovers([net.names[n] for n in fabric.nodes]) == []
+
+
+def _short(tmp_path: Path, name: str, duration: float, extra: str = "") -> Path:
+    text = (ROOT / "scenarios" / name).read_text()
+    text = text.replace("../topologies/", f"{ROOT.as_posix()}/topologies/")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("duration_s:"))
+    path = tmp_path / name
+    path.write_text(text + f"\nduration_s: {duration}\n{extra}")
+    return path
+
+
+def test_link_failure_scenario_reports_loss_window_and_reroute(daemon: OvsDaemon, tmp_path: Path) -> None:
+    scenario = load_scenario(_short(tmp_path, "link-failure.yaml", 5))
+    summary = run_scenario(scenario, tmp_path / "results")
+    (rep,) = summary["repetitions"]
+    assert rep["all_pairs"] == {"pairs": 240, "reachable": 240, "unreachable": []}
+    assert [f["action"] for f in rep["faults"]] == ["link_down", "link_up"]
+    downs = [e for e in rep["events"] if e["kind"] == "port_down"]
+    assert downs and downs[0]["installed_ms"] > 0 and downs[0]["flow_mods"] > 0
+    through_cut = [
+        f for f in rep["flows"] if " 2>leaf1>3 " in f" {f['path']} " or ">agg1>1 3>leaf1" in f["path"]
+    ]
+    assert through_cut, [f["path"] for f in rep["flows"]]
+    windows = {w["flow"]: w for w in rep["loss_windows"] if w["fault"].startswith("link_down")}
+    for flow in through_cut:
+        assert 0 < windows[flow["name"]]["loss_window_ms"] < 1000, windows  # a window, then recovery
+        assert flow["received"] > 0.8 * flow["sent"]
+    files = {p.name for p in (tmp_path / "results").iterdir()}
+    assert {
+        "summary.json",
+        "report.md",
+        "throughput-rep1.png",
+        "utilisation-rep1.png",
+        "loss-rep1.png",
+    } <= files
+    report = (tmp_path / "results" / "report.md").read_text()
+    assert "port_down" in report and "loss window ms" in report
+    assert json.loads((tmp_path / "results" / "summary.json").read_text())["scenario"] == "link-failure"
+    assert rep["utilisation"]["links"] and max(max(v) for v in rep["utilisation"]["links"].values()) > 0
+
+
+def test_same_seed_same_flow_placement(daemon: OvsDaemon, tmp_path: Path) -> None:
+    placements = []
+    for run in range(2):
+        path = _short(tmp_path, "permutation-k4.yaml", 1.5)
+        text = "\n".join(
+            line for line in path.read_text().splitlines() if "at_s" not in line and "faults" not in line
+        )
+        path.write_text(text + "\n")
+        summary = run_scenario(load_scenario(path), tmp_path / f"run{run}")
+        placements.append([(f["src"], f["dst"], f["path"]) for f in summary["repetitions"][0]["flows"]])
+    assert placements[0] == placements[1] and len(placements[0]) == 16
+
+
+def test_emulate_up_runs_headless_and_stops_cleanly(daemon: OvsDaemon, tmp_path: Path) -> None:
+    from emulation.controlproc import free_port
+
+    api, of = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli",
+         "--api", f"127.0.0.1:{api}", "--openflow", f"127.0.0.1:{of}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("running;"):
+            break
+    assert any(line.startswith("all pairs: 240/240 reachable") for line in lines), lines
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, proc.stdout.read()
+    fabric = load_topology(TOPOLOGY)
+    assert leftovers([n for n in fabric.nodes]) == []
