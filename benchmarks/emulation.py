@@ -73,7 +73,11 @@ def bring_up(name: str, fabric: Fabric, work: Path, idle_s: float) -> dict[str, 
     ctl = ControllerProcess(topology, work / f"state-{name}", work / f"controller-{name}.log")
     ctl.start()
     assert ctl.proc is not None
-    pids = {"ovs-vswitchd": _vswitchd_pid(), "controller": ctl.proc.pid, "mininet (this process)": os.getpid()}
+    pids = {
+        "ovs-vswitchd": _vswitchd_pid(),
+        "controller": ctl.proc.pid,
+        "mininet (this process)": os.getpid(),
+    }
     peak = dict.fromkeys(pids, 0.0)
     peak_total = [0.0]
     stop = threading.Event()
@@ -127,7 +131,9 @@ def bring_up(name: str, fabric: Fabric, work: Path, idle_s: float) -> dict[str, 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--idle-s", type=float, default=5.0)
     args = parser.parse_args()

@@ -14,6 +14,7 @@ Start and stop only touch this network: `stop()` is Mininet's own teardown of it
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import time
@@ -229,9 +230,37 @@ class MininetFabric:
                 raise EmulationError(f"shaping {host} failed: {out.strip()[-300:]}")
 
     def stop(self) -> None:
-        if self.net is not None:
-            net, self.net = self.net, None
+        """Mininet's own teardown; if that fails (e.g. interrupted half-way through a start), remove what
+        this network created by name: its bridges, its interfaces, its host shells (by PID)."""
+        if self.net is None:
+            return
+        net, self.net = self.net, None
+        try:
             net.stop()
+        except Exception:
+            self._force_cleanup(net)
+
+    def _force_cleanup(self, net: Any) -> None:
+        import os  # noqa: PLC0415
+        import signal  # noqa: PLC0415
+
+        for host in net.hosts:
+            pid = getattr(host, "pid", None)
+            if pid:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        ours = set(self.names.values())
+        args = ["ovs-vsctl", "--timeout=60"]
+        for switch in self.fabric.switches:
+            args += ["--", "--if-exists", "del-br", self.names[switch.name]]
+        subprocess.run(args, check=False, capture_output=True)
+        links = subprocess.run(
+            ["ip", "-o", "link", "show"], capture_output=True, text=True, check=False
+        ).stdout
+        for line in links.splitlines():
+            name = line.split(":", 2)[1].strip().split("@")[0] if ":" in line else ""
+            if "-eth" in name and name.rsplit("-eth", 1)[0] in ours:
+                subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
 
     # --- faults and probes -------------------------------------------------------------------------------
 

@@ -151,3 +151,57 @@ def test_emulate_up_runs_headless_and_stops_cleanly(daemon: OvsDaemon, tmp_path:
     assert proc.wait(60) == 0, proc.stdout.read()
     fabric = load_topology(TOPOLOGY)
     assert leftovers([n for n in fabric.nodes]) == []
+
+
+def test_faults_from_the_cli_helper_cut_and_restore_real_interfaces(
+    daemon: OvsDaemon, tmp_path: Path
+) -> None:
+    from controller.cli.emulate import apply_fault
+
+    fabric = load_topology(TOPOLOGY)
+    sm = SubnetManager(fabric)
+    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    net = MininetFabric(fabric, addresses, controller="tcp:127.0.0.1:9")  # no controller needed here
+    try:
+        net.start()
+
+        def state(intf: str) -> str:
+            return subprocess.run(
+                ["ip", "-o", "link", "show", intf], capture_output=True, text=True, check=True
+            ).stdout
+
+        assert "link_down leaf1:3 (leaf1-eth3)" in apply_fault(net, "link_down", "leaf1:3")
+        assert "state DOWN" in state("leaf1-eth3") and "NO-CARRIER" in state("agg1-eth1")
+        apply_fault(net, "link_up", "leaf1:3")
+        apply_fault(net, "switch_down", "agg1")
+        assert all("state DOWN" in state(f"agg1-eth{p}") for p in (1, 2, 3, 4))
+        apply_fault(net, "switch_up", "agg1")
+        for bad in (("link_down", "leaf1"), ("switch_down", "h1"), ("melt", "agg1")):
+            with pytest.raises(ValueError):
+                apply_fault(net, *bad)
+    finally:
+        net.stop()
+
+
+@pytest.mark.parametrize("after_s", [0.5, 1.2, 2.5])
+def test_sigterm_at_any_moment_of_bring_up_leaves_nothing(
+    daemon: OvsDaemon, tmp_path: Path, after_s: float
+) -> None:
+    import time
+
+    from emulation.controlproc import free_port
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli",
+         "--api", f"127.0.0.1:{free_port()}", "--openflow", f"127.0.0.1:{free_port()}"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) in (0, 130)
+    fabric = load_topology(TOPOLOGY)
+    assert leftovers(list(fabric.nodes)) == []
+    assert (
+        subprocess.run(["pgrep", "-f", "controller.cli controller"], capture_output=True, check=False).stdout
+        == b""
+    )

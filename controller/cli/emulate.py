@@ -9,10 +9,11 @@ or with `--no-cli` it waits for Ctrl-C/SIGTERM.  Teardown removes only what it c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
-import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,42 @@ def register(commands: Any) -> None:
     run.set_defaults(handler=scenario_run)
 
 
+class Stopped(Exception):
+    """SIGINT/SIGTERM arrived: unwind through every `finally`, so what was built is torn down."""
+
+
+_signals = {"defer": False, "pending": False}
+
+
+def _stop_on_signals() -> None:
+    """SIGINT/SIGTERM raise `Stopped` — except inside `_deferred()` (Mininet half-way through building its
+    network cannot be torn down cleanly), where they are remembered and raised at its end."""
+
+    def stop(*_: object) -> None:
+        if _signals["defer"]:
+            _signals["pending"] = True
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # a second signal must not interrupt the teardown
+        raise Stopped
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+
+
+@contextlib.contextmanager
+def _deferred() -> Iterator[None]:
+    _signals["defer"] = True
+    try:
+        yield
+    finally:
+        _signals["defer"] = False
+    if _signals["pending"]:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped
+
+
 def _prerequisites() -> OvsDaemon:
     reason = mininet_available()
     if reason:
@@ -77,8 +114,12 @@ def scenario_check(args: argparse.Namespace) -> int:
 def scenario_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.file)
     daemon = _prerequisites()
+    _stop_on_signals()
     try:
         summary = run_scenario(scenario, args.output, console_progress())
+    except Stopped:
+        print("stopped: the fabric and controller were torn down", file=sys.stderr)
+        return 130
     finally:
         daemon.stop_if_started()
     for rep in summary["repetitions"]:
@@ -100,6 +141,7 @@ def emulate_up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"--scale: {exc}") from None
     daemon = _prerequisites()
+    _stop_on_signals()
     sm = SubnetManager(fabric)
     addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
     ctl: ControllerProcess | None = None
@@ -116,7 +158,8 @@ def emulate_up(args: argparse.Namespace) -> int:
             print(f"controller: REST http://{args.api}/api/v1 (log: controller.log)")
         net = MininetFabric(fabric, addresses, controller=target, scale=scale, mtu=args.mtu)
         try:
-            net.start()
+            with _deferred():
+                net.start()
             print(f"fabric: {fabric.summary()}; Mininet up in {time.perf_counter() - start:.1f} s")
             if ctl is not None:
                 ctl.ready(len(fabric.switches))
@@ -127,13 +170,13 @@ def emulate_up(args: argparse.Namespace) -> int:
             if args.no_cli or not sys.stdin.isatty():
                 _wait_for_signal()
             else:
-                from mininet.cli import CLI  # noqa: PLC0415
-
-                CLI(net.net)
+                _interactive(net)
         finally:
             net.stop()
     except EmulationError as exc:
         raise CliError(str(exc)) from None
+    except Stopped:
+        print("stopped: torn down")
     finally:
         if ctl is not None and ctl.proc is not None:
             ctl.stop()
@@ -141,13 +184,46 @@ def emulate_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def apply_fault(net: MininetFabric, action: str, target: str) -> str:
+    """One fault on the running fabric; returns what was done, with the time (for the user's record)."""
+    if action in ("link_down", "link_up"):
+        node, _, port = target.rpartition(":")
+        if node not in net.fabric.nodes or not port.isdigit():
+            raise ValueError(f"{target!r}: expected NODE:PORT")
+        intf = net.set_link(node, int(port), up=action == "link_up")
+        what = f"{action} {target} ({intf})"
+    elif action in ("switch_down", "switch_up"):
+        if target not in net.fabric.nodes or not net.fabric.nodes[target].is_switch:
+            raise ValueError(f"{target!r}: not a switch")
+        net.set_switch(target, up=action == "switch_up")
+        what = f"{action} {target}"
+    else:
+        raise ValueError(f"unknown fault {action!r} (link_down, link_up, switch_down, switch_up)")
+    return f"{time.strftime('%H:%M:%S')} {what}"
+
+
+def _interactive(net: MininetFabric) -> None:
+    """Mininet's CLI plus `fault ACTION TARGET` (link_down/link_up NODE:PORT, switch_down/switch_up NAME)."""
+    from mininet.cli import CLI  # noqa: PLC0415
+
+    class FabricCLI(CLI):  # type: ignore[misc]
+        def do_fault(self, line: str) -> None:
+            """fault link_down|link_up NODE:PORT  or  fault switch_down|switch_up SWITCH"""
+            parts = line.split()
+            try:
+                if len(parts) != 2:
+                    raise ValueError("usage: fault ACTION TARGET")
+                print(apply_fault(net, parts[0], parts[1]))
+            except (ValueError, KeyError, OSError) as exc:
+                print(f"*** {exc}")
+
+    FabricCLI(net.net)
+
+
 def _wait_for_signal() -> None:
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    print("running; Ctrl-C or SIGTERM to stop")
-    while not stop.wait(0.5):
-        pass
+    print("running; Ctrl-C or SIGTERM to stop", flush=True)
+    while True:  # ends with Stopped from the signal handler
+        time.sleep(0.5)
 
 
 __all__ = ["register"]
