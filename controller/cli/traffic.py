@@ -2,7 +2,8 @@
 
     fabriclab traffic plan allreduce --algo ring --ranks h1..h16 --size 256MiB
     fabriclab traffic plan kv-transfer --model llama3-70b --prompt-tokens 4096 --prefill h1,h2 --decode h9
-    fabriclab traffic pcap kv-transfer --model llama3-70b --prompt-tokens 64 --prefill h1 --decode h2 -o kv.pcap
+    fabriclab traffic pcap kv-transfer --model llama3-70b --prompt-tokens 64 --prefill h1 --decode h2 \
+        -o kv.pcap
 
 Hosts get the addresses the subnet manager gives them in `--topology` (default: the shipped k=4 fat-tree),
 so a pcap shows exactly the MACs, IPs and QPs an emulated run uses.  `--trace FILE` writes the plan as a
@@ -44,8 +45,8 @@ def register(commands: Any) -> None:
         ("pcap", "write its frames"),
     ):
         p = sub.add_parser(action, help=helptext)
-        p.add_argument("workload", choices=["allreduce", "alltoall", "allgather", "reduce-scatter", "broadcast",
-                                            "kv-transfer"])  # fmt: skip
+        workloads = ["allreduce", "alltoall", "allgather", "reduce-scatter", "broadcast", "kv-transfer"]
+        p.add_argument("workload", choices=workloads)
         p.add_argument("--algo", default=None, help="ring (default), hd (halving-doubling; all-reduce only)")
         p.add_argument("--ranks", help="hosts, e.g. h1..h16 or h1,h3,h5")
         p.add_argument("--size", help="per-rank buffer, e.g. 256MiB (nccl-tests semantics)")
@@ -155,7 +156,8 @@ def run_pcap(args: argparse.Namespace) -> int:
             for data in writer.message(src, dst, record.qp, record.size_bytes):
                 pcap.write_packet(data, sec=sec, usec=usec)
     print(
-        f"wrote {args.output}: {writer.frames} frames, {len(records)} RDMA WRITE messages, {len(writer.psn)} QPs"
+        f"wrote {args.output}: {writer.frames} frames, {len(records)} RDMA WRITE messages, "
+        f"{len(writer.psn)} QPs"
     )
     return 0
 
