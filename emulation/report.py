@@ -118,6 +118,19 @@ def _markdown(summary: dict[str, Any]) -> str:
                 f"| {f['lost']} "
                 f"| {f['loss_pct']} | {f['out_of_order']} | {f['goodput_mbps']} |"
             )
+        if rep.get("collectives"):
+            lines += [
+                "",
+                "| RoCE collective | ranks | size | QPs | packets | lost | out of order | bad ICRC | s "
+                "| algbw GB/s | busbw GB/s |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            ]
+            lines += [
+                f"| {c['collective']} | {c['ranks']} | {c['size_bytes']} | {c['qps']} | "
+                f"{c['packets_received']}/{c['packets_expected']} | {c['lost']} | {c['out_of_order']} | "
+                f"{c['bad_icrc']} | {c['seconds']} | {c['algbw_gbps']} | {c['busbw_gbps']} |"
+                for c in rep["collectives"]
+            ]
         if rep["faults"]:
             lines += ["", "| fault | flow | lost packets | loss window ms |", "| --- | --- | ---: | ---: |"]
             lines += [

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.sm.manager import SubnetManager
+from emulation import rocerun
 from emulation.controlproc import ControllerProcess
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
@@ -103,7 +104,7 @@ def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> d
         flows = scenario.flows(rep)
         placement = {f.name: ctl.get(f"routes?src={f.src}&dst={f.dst}")["path"] for f in flows}
         since = int(ctl.get("events")[-1]["id"]) if ctl.get("events") else 0
-        measured = _traffic_and_faults(scenario, net, ctl, flows, progress)
+        measured = _traffic_and_faults(scenario, net, ctl, flows, progress, work)
         events = [e for e in ctl.get(f"events?since={since}&limit=1000") if e["kind"] != "switch_connect"]
     finally:
         net.stop()
@@ -113,6 +114,7 @@ def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> d
         "timings_s": timings,
         "all_pairs": {"pairs": len(pairs), "reachable": len(pairs) - len(bad), "unreachable": bad[:50]},
         "flows": _flow_results(flows, placement, measured["senders"], measured["receivers"]),
+        "collectives": measured["collectives"],
         "faults": measured["faults"],
         "loss_windows": _loss_windows(flows, measured["receivers"], measured["faults"]),
         "events": events,
@@ -121,10 +123,17 @@ def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> d
 
 
 def _traffic_and_faults(
-    scenario: Scenario, net: MininetFabric, ctl: ControllerProcess, flows: list[FlowPlan], progress: Progress
+    scenario: Scenario,
+    net: MininetFabric,
+    ctl: ControllerProcess,
+    flows: list[FlowPlan],
+    progress: Progress,
+    work: Path,
 ) -> dict[str, Any]:
     spec = scenario.spec
     total = spec.duration_s + spec.settle_s
+    roce = rocerun.prepare(scenario)
+    rocerun.start_receivers(roce, net, total + 1.0)
     receivers = {}
     for i, flow in enumerate(flows):
         argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(total + 1.0)]
@@ -149,6 +158,7 @@ def _traffic_and_faults(
     poller = threading.Thread(target=poll, name="counters", daemon=True)
     t0 = time.monotonic()
     poller.start()
+    rocerun.start_senders(roce, net, work)
     while True:
         now = time.monotonic() - t0
         while pending and flows[pending[0]].start_s <= now:
@@ -180,6 +190,7 @@ def _traffic_and_faults(
         "receivers": received,
         "faults": fault_log,
         "utilisation": _utilisation(scenario, samples),
+        "collectives": rocerun.finish(roce),
     }
 
 

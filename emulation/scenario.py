@@ -41,6 +41,8 @@ from topologies.errors import InputError, read_input_file
 from topologies.loader import load_topology
 from topologies.model import Fabric
 from topologies.yamlio import AllowedKeys, Document, PathItem, load_document, validate
+from traffic.errors import TrafficError, parse_hosts, parse_size
+from traffic.patterns import Plan, plan
 
 
 class ScenarioError(InputError):
@@ -74,6 +76,17 @@ class UdpPermutation(_Strict):
     hosts: list[str] | None = None
 
 
+class RoceCollective(_Strict):
+    """A collective's bytes as RoCEv2 RDMA WRITE streams between the ranks (one QP per pair)."""
+
+    kind: Literal["roce-collective"]
+    collective: str
+    ranks: str | list[str]
+    size: str | int
+    rate_pps: Annotated[float, Field(gt=0, le=200_000)] = 2000.0
+    mtu: Literal[256, 512, 1024, 2048, 4096] = 1024
+
+
 class Fault(_Strict):
     at_s: Annotated[float, Field(ge=0)]
     action: Literal["link_down", "link_up", "switch_down", "switch_up"]
@@ -81,7 +94,7 @@ class Fault(_Strict):
     switch: str | None = None
 
 
-Traffic = Annotated[UdpFlow | UdpPermutation, Field(discriminator="kind")]
+Traffic = Annotated[UdpFlow | UdpPermutation | RoceCollective, Field(discriminator="kind")]
 
 
 class ScenarioSpec(_Strict):
@@ -116,7 +129,11 @@ class _Keys(AllowedKeys):
                 kind = self.data["traffic"][path[1]].get("kind")
             except (KeyError, IndexError, TypeError, AttributeError):
                 return ()
-            models: dict[str, type[BaseModel]] = {"udp": UdpFlow, "udp-permutation": UdpPermutation}
+            models: dict[str, type[BaseModel]] = {
+                "udp": UdpFlow,
+                "udp-permutation": UdpPermutation,
+                "roce-collective": RoceCollective,
+            }
             model = models.get(kind)
             return list(model.model_fields) if model else ()
         return ()
@@ -147,6 +164,8 @@ class Scenario:
         hosts = [h.name for h in self.fabric.hosts]
         plans: list[FlowPlan] = []
         for index, item in enumerate(self.spec.traffic):
+            if isinstance(item, RoceCollective):
+                continue  # see collectives()
             if isinstance(item, UdpFlow):
                 duration = item.duration_s or (self.spec.duration_s - item.start_s)
                 plans.append(
@@ -180,6 +199,11 @@ class Scenario:
         return plans
 
 
+def collective_plan(item: RoceCollective, hosts: Sequence[str]) -> Plan:
+    ranks = item.ranks if isinstance(item.ranks, list) else parse_hosts(item.ranks, hosts)
+    return plan(item.collective, ranks, parse_size(item.size))
+
+
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
     text = read_input_file(path, ScenarioError)
@@ -211,6 +235,13 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
         )
     hosts = {h.name for h in fabric.hosts}
     for i, item in enumerate(spec.traffic):
+        if isinstance(item, RoceCollective):
+            try:
+                collective_plan(item, sorted(hosts))
+            except TrafficError as exc:
+                field = exc.field if exc.field in ("ranks", "size") else "collective"
+                raise doc.error(["traffic", i, field], exc.message) from None
+            continue
         names: list[tuple[str, str]] = (
             [("src", item.src), ("dst", item.dst)] if isinstance(item, UdpFlow) else []
         )
@@ -248,4 +279,12 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
     return Scenario(spec, path, fabric, scale)
 
 
-__all__ = ["FlowPlan", "Scenario", "ScenarioError", "ScenarioSpec", "load_scenario"]
+__all__ = [
+    "FlowPlan",
+    "RoceCollective",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioSpec",
+    "collective_plan",
+    "load_scenario",
+]

@@ -205,3 +205,21 @@ def test_sigterm_at_any_moment_of_bring_up_leaves_nothing(
         subprocess.run(["pgrep", "-f", "controller.cli controller"], capture_output=True, check=False).stdout
         == b""
     )
+
+
+def test_roce_alltoall_scenario_delivers_every_write_in_order(daemon: OvsDaemon, tmp_path: Path) -> None:
+    path = _short(tmp_path, "alltoall-k4.yaml", 3)
+    path.write_text(path.read_text().replace("ranks: h1..h16, size: 512KiB", "ranks: h1..h8, size: 256KiB"))
+    summary = run_scenario(load_scenario(path), tmp_path / "results")
+    (coll,) = summary["repetitions"][0]["collectives"]
+    assert coll["qps"] == 56 and coll["packets_expected"] == 56 * 32
+    assert (coll["packets_received"], coll["lost"], coll["out_of_order"], coll["bad_icrc"]) == (
+        56 * 32,
+        0,
+        0,
+        0,
+    )
+    assert coll["busbw_gbps"] > 0 and coll["busbw_gbps"] == pytest.approx(
+        coll["algbw_gbps"] * 7 / 8, rel=0.01
+    )
+    assert "RoCE collective" in (tmp_path / "results" / "report.md").read_text()

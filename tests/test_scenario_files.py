@@ -81,3 +81,31 @@ def test_permutations_are_seeded(tmp_path: Path) -> None:
     c = load_scenario(write(tmp_path, text.replace("name: t", "name: t\nseed: 9"))).flows()
     assert a == b and a != c
     assert sorted(f.src for f in a) == sorted(f.dst for f in a) and all(f.src != f.dst for f in a)
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (
+            "{kind: roce-collective, collective: alltoall, ranks: h1..h99, size: 1MiB}",
+            "traffic[0].ranks: unknown host",
+        ),
+        (
+            "{kind: roce-collective, collective: alltoall, ranks: h1..h4, size: 1XB}",
+            "traffic[0].size: cannot parse",
+        ),
+        (
+            "{kind: roce-collective, collective: spin, ranks: h1..h4, size: 1MiB}",
+            "traffic[0].collective: unknown",
+        ),
+        (
+            "{kind: roce-collective, collective: alltoall, ranks: h1..h4, size: 1MiB, mtu: 1000}",
+            "traffic[0].mtu",
+        ),
+    ],
+)
+def test_bad_roce_collectives_name_the_field(tmp_path: Path, item: str, message: str) -> None:
+    text = BASE.replace("  - {kind: udp, src: h1, dst: h16, rate_pps: 100}", f"  - {item}")
+    with pytest.raises(InputError) as err:
+        load_scenario(write(tmp_path, text))
+    assert message in str(err.value)

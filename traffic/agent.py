@@ -31,6 +31,36 @@ def build_template(args: argparse.Namespace) -> FrameTemplate:
     return FrameTemplate.from_packet(frame(ep, bth, payload=bytes(args.size)))
 
 
+def send_many(args: argparse.Namespace) -> dict[str, Any]:
+    """Round-robin over the streams, one packet each per turn, PSNs from 0 per QP: every destination
+    sees its stream in order while all of them progress together (as a collective step does)."""
+    with open(args.streams) as handle:
+        streams = json.load(handle)
+    templates = []
+    for s in streams:
+        ep = Endpoints(args.src_mac, s["dst_mac"], args.src_ip, s["dst_ip"], dqpn=s["qp"],
+                       sport=0xC000 | (s["qp"] & 0x3FFF))  # fmt: skip
+        bth = BTH(opcode=op("RC", "RDMA_WRITE_MIDDLE"), pkey=ep.pkey, dqpn=ep.dqpn, psn=0)
+        templates.append(
+            (FrameTemplate.from_packet(frame(ep, bth, payload=bytes(args.size))), int(s["packets"]))
+        )
+    sock = raw_socket(args.iface)
+    interval = 1.0 / args.rate if args.rate > 0 else 0.0
+    start = time.perf_counter()
+    sent = 0
+    wall0 = time.time()
+    for psn in range(max((n for _, n in templates), default=0)):
+        for template, count in templates:
+            if psn < count:
+                if interval and sent % 8 == 0:
+                    ahead = start + sent * interval - time.perf_counter()
+                    if ahead > 0:
+                        time.sleep(ahead)
+                sock.send(template.render(psn))
+                sent += 1
+    return {"sent": sent, "start": wall0, "seconds": time.perf_counter() - start}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="traffic.agent")
     sub = parser.add_subparsers(dest="role", required=True)
@@ -47,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     send.add_argument("--pkey", type=lambda s: int(s, 0), default=0xFFFF)
     send.add_argument("--dscp", type=int, default=26)
     send.add_argument("--psn", type=int, default=0)
+    many = sub.add_parser("send-many", help="several streams (one per QP) interleaved, e.g. a rank's share")
+    many.add_argument("iface")
+    many.add_argument("--src-mac", required=True)
+    many.add_argument("--src-ip", required=True)
+    many.add_argument("--streams", required=True, help="JSON file: [{dst_mac, dst_ip, qp, packets}, ...]")
+    many.add_argument("--rate", type=float, default=0.0, help="total packets/s (0: as fast as possible)")
+    many.add_argument("--size", type=int, default=1024)
     recv = sub.add_parser("recv")
     recv.add_argument("iface")
     recv.add_argument("--duration", type=float, required=True)
@@ -54,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     recv.add_argument("--no-icrc", action="store_true", help="do not verify ICRCs")
     args = parser.parse_args(argv)
     result: dict[str, Any]
-    if args.role == "send":
+    if args.role == "send-many":
+        result = send_many(args)
+    elif args.role == "send":
         if args.size % 4:
             parser.error("--size: must be a multiple of 4 (BTH payloads are 4-byte aligned)")
         template = build_template(args)

@@ -145,6 +145,8 @@ class QpStats:
             "bad_icrc": self.bad_icrc,
             "goodput_mbps": round(self.bytes * 8 / duration / 1e6, 3) if duration > 0 else None,
             "pps": round(self.received / duration) if duration > 0 else None,
+            "first": self.first,
+            "last": self.last,
         }
 
 
@@ -202,7 +204,7 @@ class Receiver:
                     break  # the stream is over (what did not come is lost)
                 continue
             idle_since = time.monotonic()
-            if handle(data, time.perf_counter()):
+            if handle(data, time.time()):  # wall clock: comparable across hosts' agents
                 total += 1
             if stop_after and total >= stop_after:
                 break

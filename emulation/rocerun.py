@@ -1,0 +1,139 @@
+"""RoCEv2 collectives inside a scenario run: the planner's bytes as RDMA WRITE streams between ranks.
+
+Each (src, dst) pair of the plan becomes one stream on its own QP, sized to the bytes the collective moves
+between them (in MTU-sized WRITE packets).  Every source host runs one `traffic.agent send-many` that
+interleaves its streams at its rate; every destination host runs one `traffic.agent recv` that verifies
+PSN order and ICRC per QP.  The collective's time is first packet to last packet over all its QPs, scored
+as nccl-tests does: algbw = per-rank size / time, busbw = algbw × the collective's bus factor.  (Steps are
+not barriered: this measures the fabric carrying the collective's traffic matrix, not NCCL's pipelining.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from emulation.mnfabric import MininetFabric
+from emulation.scenario import RoceCollective, Scenario, collective_plan
+from traffic.patterns import Plan, bus_factor
+
+QP_BASE = 0x100
+
+
+@dataclass
+class _Collective:
+    item: RoceCollective
+    plan: Plan
+    pairs: dict[tuple[str, str], tuple[int, int]]  # (src, dst) -> (qp, packets)
+
+
+@dataclass
+class RoceRun:
+    collectives: list[_Collective]
+    receivers: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    senders: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+
+
+def prepare(scenario: Scenario) -> RoceRun:
+    hosts = [h.name for h in scenario.fabric.hosts]
+    collectives = []
+    qp = QP_BASE
+    for item in scenario.spec.traffic:
+        if not isinstance(item, RoceCollective):
+            continue
+        plan = collective_plan(item, hosts)
+        pairs = {}
+        for (src, dst), size in sorted(plan.bytes_by_pair().items()):
+            pairs[(src, dst)] = (qp, -(-size // item.mtu))
+            qp += 1
+        collectives.append(_Collective(item, plan, pairs))
+    return RoceRun(collectives)
+
+
+def start_receivers(run: RoceRun, net: MininetFabric, seconds: float) -> None:
+    dsts = sorted({dst for c in run.collectives for (_, dst) in c.pairs})
+    for host in dsts:
+        argv = [
+            sys.executable,
+            "-m",
+            "traffic.agent",
+            "recv",
+            net.intf_name(host, 1),
+            "--duration",
+            str(seconds),
+        ]
+        run.receivers[host] = net.popen(
+            host, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+    for proc in run.receivers.values():
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+
+def start_senders(run: RoceRun, net: MininetFabric, work: Path) -> None:
+    by_src: dict[str, list[dict[str, Any]]] = {}
+    rate: dict[str, float] = {}
+    mtu: dict[str, int] = {}
+    for c in run.collectives:
+        for (src, dst), (qp, packets) in c.pairs.items():
+            mac, ip = net.addresses[(dst, 1)]
+            by_src.setdefault(src, []).append({"dst_mac": mac, "dst_ip": ip, "qp": qp, "packets": packets})
+            rate[src] = max(rate.get(src, 0.0), c.item.rate_pps)
+            mtu[src] = c.item.mtu
+    for src, streams in by_src.items():
+        path = work / f"streams-{src}.json"
+        path.write_text(json.dumps(streams))
+        mac, ip = net.addresses[(src, 1)]
+        argv = [sys.executable, "-m", "traffic.agent", "send-many", net.intf_name(src, 1), "--src-mac", mac,
+                "--src-ip", ip, "--streams", str(path), "--rate", str(rate[src]),
+                "--size", str(mtu[src])]  # fmt: skip
+        run.senders[src] = net.popen(src, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def finish(run: RoceRun) -> list[dict[str, Any]]:
+    for proc in run.senders.values():
+        proc.communicate(timeout=120)
+    received: dict[str, dict[str, Any]] = {}
+    for host, proc in run.receivers.items():
+        received[host] = json.loads(proc.communicate(timeout=120)[0])["qps"]
+    results = []
+    for c in run.collectives:
+        expected = got = lost = out_of_order = bad = 0
+        first, last = float("inf"), 0.0
+        for (_, dst), (qp, packets) in c.pairs.items():
+            stats = received.get(dst, {}).get(str(qp))
+            expected += packets
+            if stats:
+                got += stats["received"]
+                lost += stats["lost"] + max(0, packets - stats["received"] - stats["lost"])
+                out_of_order += stats["out_of_order"]
+                bad += stats["bad_icrc"]
+                first, last = min(first, stats["first"]), max(last, stats["last"])
+            else:
+                lost += packets
+        seconds = last - first if got else 0.0
+        n = len(c.plan.ranks)
+        algbw = c.plan.size_bytes / seconds / 1e9 if seconds > 0 else 0.0
+        results.append(
+            {
+                "collective": c.plan.kind,
+                "ranks": n,
+                "size_bytes": c.plan.size_bytes,
+                "qps": len(c.pairs),
+                "packets_expected": expected,
+                "packets_received": got,
+                "lost": lost,
+                "out_of_order": out_of_order,
+                "bad_icrc": bad,
+                "seconds": round(seconds, 4),
+                "algbw_gbps": float(f"{algbw:.6g}"),
+                "busbw_gbps": float(f"{algbw * bus_factor(c.plan.kind, n):.6g}"),
+            }
+        )
+    return results
+
+
+__all__ = ["RoceRun", "finish", "prepare", "start_receivers", "start_senders"]
