@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 from fractions import Fraction
 
+from topologies.errors import InputError
+
 _UNITS: dict[str, int] = {
     "": 1,
     "b": 1,
@@ -30,35 +32,9 @@ _HOST_RE = re.compile(r"^(.*?)(\d+)$")
 MAX_RANGE_HOSTS = 65536
 
 
-class TrafficError(ValueError):
-    """Bad traffic input.  `str()` gives `file:line: field: message` with the parts that are known."""
-
-    def __init__(
-        self, message: str, *, field: str | None = None, file: str | None = None, line: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-        self.file = file
-        self.line = line
-
-    def located(self, file: str | None = None, line: int | None = None) -> TrafficError:
-        """The same error with a file/line filled in where it was not known yet (readers add it late)."""
-        return type(self)(
-            self.message,
-            field=self.field,
-            file=self.file or file,
-            line=self.line if self.line is not None else line,
-        )
-
-    def __str__(self) -> str:
-        where = ""
-        if self.file:
-            where = self.file + (f":{self.line}" if self.line is not None else "") + ": "
-        elif self.line is not None:
-            where = f"line {self.line}: "
-        field = f"{self.field}: " if self.field else ""
-        return f"{where}{field}{self.message}"
+class TrafficError(InputError):
+    """Bad traffic input (sizes, host lists, model shapes, trace lines): one located line, like every
+    other input error, so the CLI prints it and exits 2."""
 
 
 def parse_size(text: str | int, field: str = "size") -> int:
