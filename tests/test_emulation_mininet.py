@@ -220,3 +220,57 @@ def test_roce_alltoall_scenario_delivers_every_write_in_order(daemon: OvsDaemon,
         coll["algbw_gbps"] * 7 / 8, rel=0.01
     )
     assert "RoCE collective" in (tmp_path / "results" / "report.md").read_text()
+
+
+def test_faults_over_the_emulators_rest_api(daemon: OvsDaemon, tmp_path: Path) -> None:
+    import time
+    import urllib.error
+    import urllib.request
+
+    from emulation.controlproc import free_port, wait_for
+
+    api, emu, of = free_port(), free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli",
+         "--api", f"127.0.0.1:{api}", "--openflow", f"127.0.0.1:{of}", "--emu-api", f"127.0.0.1:{emu}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+    def post(body: str) -> tuple[int, dict[str, object]]:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{emu}/api/v1/faults", data=body.encode(), method="POST"
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as err:
+            return err.code, json.load(err)
+
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("running;"):
+                break
+        status, body = post('{"action": "link_down", "target": "leaf1:3"}')
+        assert status == 200 and "leaf1-eth3" in str(body["applied"])
+
+        def controller_saw_it() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{api}/api/v1/links", timeout=10) as response:
+                return any(not link["up"] for link in json.load(response))
+
+        wait_for(controller_saw_it, 10, "the controller to see the cut")
+        bad_bodies = [
+            ('{"action": "melt", "target": "x"}', "action"),
+            ('{"action": "link_down"}', "target"),
+            ('{"action": "link_down", "target": "nope:1"}', "target"),
+            ("[]", None),
+        ]
+        for bad, field in bad_bodies:
+            status, body = post(bad)
+            assert status in (400, 422) and body["field"] == field, body
+        time.sleep(0.1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{emu}/api/v1/faults", timeout=10) as response:
+            assert [f["action"] for f in json.load(response)] == ["link_down"]  # rejected ones left no trace
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0

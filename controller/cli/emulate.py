@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,7 @@ def register(commands: Any) -> None:
         "--openflow", default="127.0.0.1:6653", help="OpenFlow address of the controller this starts"
     )
     up.add_argument("--mtu", type=int, default=1500)
+    up.add_argument("--emu-api", default="127.0.0.1:8081", help="the emulator's fault-injection REST API")
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: wait for Ctrl-C or SIGTERM")
     up.set_defaults(handler=emulate_up)
 
@@ -167,11 +169,21 @@ def emulate_up(args: argparse.Namespace) -> int:
             pairs = check_all_pairs(net.endpoints())
             ok = sum(pairs.values())
             print(f"all pairs: {ok}/{len(pairs)} reachable, verified at {time.perf_counter() - start:.1f} s")
+            summary = {"fabric": fabric.summary(), "pairs": len(pairs), "pairs_reachable": ok}
+            server = _serve_faults(net, summary, args.emu_api)
+            print(
+                print(
+                    f'faults: POST http://{args.emu_api}/api/v1/faults (e.g. {{"action": "link_down", '
+                    f'"target": "leaf1:3"}})'
+                )
+            )
             if args.no_cli or not sys.stdin.isatty():
                 _wait_for_signal()
             else:
                 _interactive(net)
         finally:
+            if "server" in locals():
+                server.should_exit = True
             net.stop()
     except EmulationError as exc:
         raise CliError(str(exc)) from None
@@ -218,6 +230,30 @@ def _interactive(net: MininetFabric) -> None:
                 print(f"*** {exc}")
 
     FabricCLI(net.net)
+
+
+def _serve_faults(net: MininetFabric, summary: dict[str, Any], address: str) -> Any:
+    """The emulator's REST API (fault injection) on a thread; returns the uvicorn server to stop."""
+    import os  # noqa: PLC0415
+
+    import uvicorn  # noqa: PLC0415
+
+    from emulation.api import create_app  # noqa: PLC0415
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise CliError(f"--emu-api: expected HOST:PORT, got {address!r}")
+    app = create_app(lambda action, target: apply_fault(net, action, target), summary,
+                     os.environ.get("FABRICLAB_API_TOKEN") or None)  # fmt: skip
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=int(port), log_level="warning"))
+    thread = threading.Thread(target=server.run, name="emulator-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:  # announce the address only once it answers
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise CliError(f"--emu-api: cannot listen on {address}")
+        time.sleep(0.02)
+    return server
 
 
 def _wait_for_signal() -> None:
