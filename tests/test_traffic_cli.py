@@ -80,3 +80,24 @@ def test_pcap_of_a_kv_transfer_is_valid_roce(tmp_path: Path) -> None:
 def test_bad_input_names_the_field(args: list[str], message: str) -> None:
     done = fabriclab("traffic", *args)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_plan_incast_permutation_and_hotspot() -> None:
+    done = fabriclab(
+        "traffic", "plan", "incast", "--ranks", "h1..h8", "--to", "h9", "--size", "1MiB", "--json"
+    )
+    incast = json.loads(done.stdout)
+    assert (incast["transfers"], incast["total_bytes"]) == (8, 8 * 2**20)
+    runs = [
+        fabriclab(
+            "traffic", "plan", "permutation", "--ranks", "h1..h16", "--size", "1KiB", "--seed", seed
+        ).stdout
+        for seed in ("1", "1", "2")
+    ]
+    assert runs[0] == runs[1] != runs[2]
+    hot = fabriclab(
+        "traffic", "plan", "hotspot", "--ranks", "h1..h16", "--to", "h3", "--size", "1KiB", "--json"
+    )
+    assert hot.returncode == 0 and json.loads(hot.stdout)["transfers"] == 16
+    missing = fabriclab("traffic", "plan", "hotspot", "--ranks", "h1..h16", "--size", "1KiB")
+    assert missing.returncode == 2 and "to: --to is required" in missing.stderr

@@ -21,7 +21,7 @@ from controller.cli.common import CliError, load_fabric
 from controller.sm.manager import SubnetManager
 from traffic.errors import TrafficError, parse_hosts, parse_size
 from traffic.kvcache import KvMessage, kv_transfer, model_shape, summary
-from traffic.patterns import Plan, bus_factor, plan
+from traffic.patterns import Plan, bus_factor, hotspot, incast, permutation, plan
 from traffic.trace import from_kv, from_plan, write_trace
 
 DEFAULT_TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
@@ -45,7 +45,8 @@ def register(commands: Any) -> None:
         ("pcap", "write its frames"),
     ):
         p = sub.add_parser(action, help=helptext)
-        workloads = ["allreduce", "alltoall", "allgather", "reduce-scatter", "broadcast", "kv-transfer"]
+        workloads = ["allreduce", "alltoall", "allgather", "reduce-scatter", "broadcast", "kv-transfer",
+                     "incast", "permutation", "hotspot"]  # fmt: skip
         p.add_argument("workload", choices=workloads)
         p.add_argument("--algo", default=None, help="ring (default), hd (halving-doubling; all-reduce only)")
         p.add_argument("--ranks", help="hosts, e.g. h1..h16 or h1,h3,h5")
@@ -61,6 +62,8 @@ def register(commands: Any) -> None:
         p.add_argument("--rate", type=float, default=0.0, help="request arrivals per second (Poisson)")
         p.add_argument("--layer-time-us", type=float, default=0.0)
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--to", help="(incast) the receiving host; (hotspot) the hot host")
+        p.add_argument("--fraction", type=float, default=0.5, help="(hotspot) share of flows to the hot host")
         p.add_argument("--topology", type=Path, default=DEFAULT_TOPOLOGY)
         p.add_argument("--json", action="store_true", help="(plan) JSON instead of text")
         p.add_argument("--trace", type=Path, help="(plan) also write the workload as a congestion trace")
@@ -90,11 +93,22 @@ def _workload(args: argparse.Namespace) -> Plan | list[KvMessage]:
                                args.rate, args.layer_time_us, args.seed)  # fmt: skip
         if args.ranks is None or args.size is None:
             raise TrafficError("--ranks and --size are required for collectives", field="ranks")
+        ranks = parse_hosts(args.ranks, known)
+        size = parse_size(args.size)
+        if args.workload in ("incast", "hotspot"):
+            if args.to is None:
+                raise TrafficError(f"--to is required for {args.workload}", field="to")
+            target = parse_hosts(args.to, known, field="to")[0]
+            if args.workload == "incast":
+                return incast([r for r in ranks if r != target], target, size)
+            return hotspot(ranks, target, size, args.fraction, args.seed)
+        if args.workload == "permutation":
+            return permutation(ranks, size, args.seed)
         algo = args.algo or ("pairwise" if args.workload == "alltoall" else "ring")
         kind = COLLECTIVES.get((args.workload, algo))
         if kind is None:
             raise TrafficError(f"no {algo!r} algorithm for {args.workload}", field="algo")
-        return plan(kind, parse_hosts(args.ranks, known), parse_size(args.size))
+        return plan(kind, ranks, size)
     except TrafficError as exc:
         raise CliError(str(exc)) from None
 
@@ -103,6 +117,7 @@ def run_plan(args: argparse.Namespace) -> int:
     work = _workload(args)
     if isinstance(work, Plan):
         n = len(work.ranks)
+        factor = bus_factor(work.kind, n) if work.kind in COLLECTIVES.values() else None
         info: dict[str, Any] = {
             "workload": work.kind,
             "ranks": n,
@@ -110,7 +125,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "steps": work.n_steps,
             "transfers": len(work.transfers),
             "total_bytes": work.total_bytes,
-            "bus_factor": round(bus_factor(work.kind, n), 4),
+            "bus_factor": round(factor, 4) if factor is not None else "n/a (not a collective)",
         }
         records = from_plan(work)
     else:
