@@ -162,7 +162,7 @@ class Lab:
         topology = workdir / f"ft{k}.yaml"
         topology.write_text(dump_yaml(self.fabric))
         sm = SubnetManager(self.fabric)
-        self.addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+        self.addresses = sm.addresses.as_strings()
         self.ctl = ControllerProcess(
             topology, workdir / f"state{k}", workdir / f"controller{k}.log", *controller_args
         )

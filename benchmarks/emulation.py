@@ -69,7 +69,7 @@ def bring_up(name: str, fabric: Fabric, work: Path, idle_s: float) -> dict[str, 
     topology = work / f"{name}.yaml"
     topology.write_text(dump_yaml(fabric))
     sm = SubnetManager(fabric)
-    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    addresses = sm.addresses.as_strings()
     ctl = ControllerProcess(topology, work / f"state-{name}", work / f"controller-{name}.log")
     ctl.start()
     assert ctl.proc is not None

@@ -42,20 +42,32 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str, interval_s: 
 
 
 class ControllerProcess:
-    def __init__(self, topology: Path, state_dir: Path, log: Path, *extra: str) -> None:
-        self.of_port, self.api_port = free_port(), free_port()
+    def __init__(
+        self,
+        topology: Path,
+        state_dir: Path,
+        log: Path,
+        *extra: str,
+        host: str = "127.0.0.1",
+        of_port: int | None = None,
+        api_port: int | None = None,
+    ) -> None:
+        """Free ports on `host` unless given (a user's --openflow/--api)."""
+        self.host = host
+        self.of_port = of_port or free_port()
+        self.api_port = api_port or free_port()
         self.topology, self.state_dir, self.log, self.extra = topology, state_dir, log, extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def openflow(self) -> str:
-        return f"tcp:127.0.0.1:{self.of_port}"
+        return f"tcp:{self.host}:{self.of_port}"
 
     def start(self, env: dict[str, str] | None = None) -> None:
         argv = [
             sys.executable, "-m", "controller.cli", "controller",
             "--topology", str(self.topology), "--state-dir", str(self.state_dir),
-            "--openflow", f"127.0.0.1:{self.of_port}", "--api", f"127.0.0.1:{self.api_port}",
+            "--openflow", f"{self.host}:{self.of_port}", "--api", f"{self.host}:{self.api_port}",
             *self.extra,
         ]  # fmt: skip
         with self.log.open("ab") as log:
@@ -80,7 +92,7 @@ class ControllerProcess:
         self, method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None
     ) -> tuple[int, Any]:
         req = urllib.request.Request(
-            f"http://127.0.0.1:{self.api_port}/api/v1/{path}",
+            f"http://{self.host}:{self.api_port}/api/v1/{path}",
             data=body.encode() if body is not None else None,
             method=method,
             headers=headers or {},

@@ -80,7 +80,7 @@ def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> d
     work.mkdir(parents=True, exist_ok=True)
     spec, fabric = scenario.spec, scenario.fabric
     sm = SubnetManager(fabric)
-    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    addresses = sm.addresses.as_strings()
     args = ["--engine", spec.controller.engine]
     args += [] if spec.controller.fast_failover else ["--no-fast-failover"]
     args += ["--multipath"] if spec.controller.multipath else []

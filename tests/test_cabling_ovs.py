@@ -23,7 +23,7 @@ def test_swapped_uplinks_are_reported_as_miswired(tmp_path: Path, ovs_daemon: Ov
         links=tuple(Link(swap.get(lk.a, lk.a), swap.get(lk.b, lk.b), lk.bw_gbps) for lk in declared.links),
     )
     sm = SubnetManager(declared)
-    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    addresses = sm.addresses.as_strings()
     ctl = ControllerProcess(topology, tmp_path / "state", tmp_path / "controller.log", "--lldp-interval", "1")
     ctl.start()
     try:

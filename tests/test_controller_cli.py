@@ -66,3 +66,19 @@ def test_sigterm_and_sigint_stop_the_controller_cleanly(tmp_path: Path) -> None:
         ctl.proc.send_signal(sig)
         assert ctl.proc.wait(15) == 0
     assert "stopped" in (tmp_path / "log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--emu-api", "8081"], "--emu-api: expected HOST:PORT"),
+        (["--scale", "400G-200M"], "--scale: scale '400G-200M'"),
+        (["--api", "localhost"], "--api: expected HOST:PORT"),
+    ],
+)
+def test_emulate_up_refuses_bad_addresses_before_building(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -26,7 +26,7 @@ class Rig:
     def __init__(self, tmp: Path) -> None:
         self.fabric = load_topology(TOPOLOGY)
         sm = SubnetManager(self.fabric)
-        self.addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+        self.addresses = sm.addresses.as_strings()
         self.controller = ControllerProcess(TOPOLOGY, tmp / "state", tmp / "controller.log")
         self.net = OvsFabric(self.fabric, self.addresses, controller=self.controller.openflow)
         self.hosts = [h.name for h in self.fabric.hosts]

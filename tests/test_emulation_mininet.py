@@ -51,7 +51,7 @@ def test_k4_comes_up_and_every_pair_is_reached_through_the_controller(
 ) -> None:
     fabric = load_topology(TOPOLOGY)
     sm = SubnetManager(fabric)
-    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    addresses = sm.addresses.as_strings()
     ctl = ControllerProcess(TOPOLOGY, tmp_path / "state", tmp_path / "controller.log")
     ctl.start()
     net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=Scale.parse("400G=200M"))
@@ -160,7 +160,7 @@ def test_faults_from_the_cli_helper_cut_and_restore_real_interfaces(
 
     fabric = load_topology(TOPOLOGY)
     sm = SubnetManager(fabric)
-    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    addresses = sm.addresses.as_strings()
     net = MininetFabric(fabric, addresses, controller="tcp:127.0.0.1:9")  # no controller needed here
     try:
         net.start()

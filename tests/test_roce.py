@@ -15,6 +15,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 from scapy.utils import wrpcap
 
+from tests.emulation_support import require_emulation
 from traffic.fastpath import FrameTemplate, icrc_ok
 from traffic.roce import (
     DETH,
@@ -114,7 +115,7 @@ def test_fast_template_matches_scapy_for_any_psn_and_source_port(psn: int, sport
 
 def test_tshark_decodes_every_opcode_without_malformed_frames(tmp_path: Path) -> None:
     if shutil.which("tshark") is None:
-        pytest.skip("tshark not installed (CI installs it)")
+        require_emulation("tshark not installed (Debian: tshark; .ci/run installs it)")
     packets = [p for p, _ in GOLDEN.values()]
     packets += rdma_write(EP, bytes(3000), psn=100) + rc_send(EP, bytes(2500), psn=200)
     packets += read_response(EP, bytes(2500), psn=300)

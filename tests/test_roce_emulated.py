@@ -25,7 +25,7 @@ def test_every_packet_arrives_in_psn_order_with_valid_icrc(tmp_path: Path) -> No
     daemon.ensure_running()
     fabric = load_topology(TOPOLOGY)
     sm = SubnetManager(fabric)
-    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    addresses = sm.addresses.as_strings()
     ctl = ControllerProcess(TOPOLOGY, tmp_path / "state", tmp_path / "controller.log")
     ctl.start()
     net = MininetFabric(fabric, addresses, controller=ctl.openflow)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.cli.common import CliError, load_fabric
+from controller.cli.serve import endpoint
 from controller.sm.manager import SubnetManager
 from emulation.controlproc import ControllerProcess
 from emulation.mesh import check_all_pairs
@@ -138,6 +139,7 @@ def scenario_run(args: argparse.Namespace) -> int:
 
 def emulate_up(args: argparse.Namespace) -> int:
     fabric = load_fabric(args.topology)
+    emu_api = endpoint(args.emu_api, "--emu-api")  # bad input fails before anything is built
     try:
         scale = Scale.parse(args.scale) if args.scale else None
     except ValueError as exc:
@@ -145,16 +147,19 @@ def emulate_up(args: argparse.Namespace) -> int:
     daemon = _prerequisites()
     _stop_on_signals()
     sm = SubnetManager(fabric)
-    addresses = {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in sm.addresses}
+    addresses = sm.addresses.as_strings()
     ctl: ControllerProcess | None = None
     start = time.perf_counter()
     try:
         target = args.controller
         if target is None:
+            of_host, of_port = endpoint(args.openflow, "--openflow")
+            api_host, api_port = endpoint(args.api, "--api")
+            if of_host != api_host:
+                raise CliError("--openflow and --api: the controller this starts listens on one host")
             ctl = ControllerProcess(args.topology.resolve(), Path(".fabriclab-state"), Path("controller.log"),
-                                    "--engine", args.engine)  # fmt: skip
-            ctl.of_port = int(args.openflow.rpartition(":")[2])
-            ctl.api_port = int(args.api.rpartition(":")[2])
+                                    "--engine", args.engine, host=api_host, of_port=of_port,
+                                    api_port=api_port)  # fmt: skip
             ctl.start()
             target = ctl.openflow
             print(f"controller: REST http://{args.api}/api/v1 (log: controller.log)")
@@ -170,7 +175,7 @@ def emulate_up(args: argparse.Namespace) -> int:
             ok = sum(pairs.values())
             print(f"all pairs: {ok}/{len(pairs)} reachable, verified at {time.perf_counter() - start:.1f} s")
             summary = {"fabric": fabric.summary(), "pairs": len(pairs), "pairs_reachable": ok}
-            server = _serve_faults(net, summary, args.emu_api)
+            server = _serve_faults(net, summary, emu_api)
             print(
                 print(
                     f'faults: POST http://{args.emu_api}/api/v1/faults (e.g. {{"action": "link_down", '
@@ -232,7 +237,7 @@ def _interactive(net: MininetFabric) -> None:
     FabricCLI(net.net)
 
 
-def _serve_faults(net: MininetFabric, summary: dict[str, Any], address: str) -> Any:
+def _serve_faults(net: MininetFabric, summary: dict[str, Any], address: tuple[str, int]) -> Any:
     """The emulator's REST API (fault injection) on a thread; returns the uvicorn server to stop."""
     import os  # noqa: PLC0415
 
@@ -240,18 +245,16 @@ def _serve_faults(net: MininetFabric, summary: dict[str, Any], address: str) -> 
 
     from emulation.api import create_app  # noqa: PLC0415
 
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise CliError(f"--emu-api: expected HOST:PORT, got {address!r}")
+    host, port = address
     app = create_app(lambda action, target: apply_fault(net, action, target), summary,
                      os.environ.get("FABRICLAB_API_TOKEN") or None)  # fmt: skip
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=int(port), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="emulator-api", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:  # announce the address only once it answers
         if not thread.is_alive() or time.monotonic() > deadline:
-            raise CliError(f"--emu-api: cannot listen on {address}")
+            raise CliError(f"--emu-api: cannot listen on {host}:{port}")
         time.sleep(0.02)
     return server
 

@@ -27,7 +27,7 @@ LOG = logging.getLogger("fabriclab")
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
 
 
-def _endpoint(text: str, option: str) -> tuple[str, int]:
+def endpoint(text: str, option: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
         raise CliError(f"{option}: expected HOST:PORT, got {text!r}")
@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("os_ken", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    of_host, of_port = _endpoint(args.openflow, "--openflow")
-    api_host, api_port = _endpoint(args.api, "--api")
+    of_host, of_port = endpoint(args.openflow, "--openflow")
+    api_host, api_port = endpoint(args.api, "--api")
     if args.lldp_interval <= 0:
         raise CliError("--lldp-interval: must be > 0")
     fabric = load_fabric(args.topology)
@@ -132,4 +132,4 @@ def _check_bindable(host: str, port: int, what: str) -> None:
             raise CliError(f"{what}: cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
-__all__ = ["register", "run"]
+__all__ = ["endpoint", "register", "run"]

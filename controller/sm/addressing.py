@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from controller.sm.lids import LidMap
-from topologies.model import Fabric
 
 MAC_PREFIX = 0x02FAB1000000
 IPV4_BASE = 0x0A000000
@@ -47,20 +46,6 @@ def parse_mac(text: str) -> int:
 
 def ipv4_str(ip: int) -> str:
     return ".".join(str((ip >> shift) & 0xFF) for shift in (24, 16, 8, 0))
-
-
-def parse_ipv4(text: str) -> int:
-    parts = text.split(".")
-    if len(parts) != 4 or not all(p.isdigit() and int(p) < 256 for p in parts):
-        raise ValueError(f"not an IPv4 address: {text!r}")
-    value = 0
-    for part in parts:
-        value = (value << 8) | int(part)
-    return value
-
-
-def dpid_of(fabric: Fabric, switch: str) -> int:
-    return fabric.nodes[switch].guid
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +94,14 @@ class AddressTable:
 
     def of_host(self, host: str) -> HostAddress:
         """The host's first connected port's address (what a single-homed host uses)."""
-        for entry in self.entries:
-            if entry.host == host:
-                return min((a for a in self.entries if a.host == host), key=lambda a: a.port)
-        raise KeyError(host)
+        ports = [a for a in self.entries if a.host == host]
+        if not ports:
+            raise KeyError(host)
+        return min(ports, key=lambda a: a.port)
+
+    def as_strings(self) -> dict[tuple[str, int], tuple[str, str]]:
+        """(host, port) -> (MAC, IPv4) as text: what emulators configure on host interfaces."""
+        return {(a.host, a.port): (a.mac_str, a.ipv4_str) for a in self.entries}
 
     def __iter__(self) -> Iterator[HostAddress]:
         return iter(self.entries)
@@ -125,11 +114,9 @@ __all__ = [
     "IPV4_PREFIX_LEN",
     "AddressTable",
     "HostAddress",
-    "dpid_of",
     "ipv4_of_lid",
     "ipv4_str",
     "mac_of_lid",
     "mac_str",
-    "parse_ipv4",
     "parse_mac",
 ]

@@ -108,9 +108,6 @@ class SwitchProgram:
     ) -> SwitchProgram:
         return cls(switch, dpid, {f.key: f for f in flows}, {g.group_id: g for g in groups})
 
-    def counts(self) -> dict[str, int]:
-        return {"flows": len(self.flows), "groups": len(self.groups)}
-
 
 @dataclass(frozen=True)
 class SwitchDelta:
@@ -295,10 +292,6 @@ def _compile_switch(
             actions[(port, target)] = action
         flows.append(FlowIntent(0, PRIORITY_ROUTE, (("eth_dst", address.mac),), (action,), cookie))
     return SwitchProgram.of(name, dpid, flows, groups.values())
-
-
-def with_cookie(flow: FlowIntent, cookie: int) -> FlowIntent:
-    return flow._replace(cookie=cookie)
 
 
 def rollout(

@@ -121,8 +121,4 @@ def install() -> None:
         _state["installed"] = True
 
 
-def installed() -> bool:
-    return _state["installed"]
-
-
-__all__ = ["TaskExit", "close_listeners", "install", "installed"]
+__all__ = ["TaskExit", "close_listeners", "install"]
