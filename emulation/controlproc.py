@@ -41,7 +41,45 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str, interval_s: 
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; last: {last!r}")
 
 
-class ControllerProcess:
+class ControllerClient:
+    """The controller's REST API at host:api_port, whoever started it (this process, a user, compose)."""
+
+    def __init__(self, host: str, api_port: int) -> None:
+        self.host, self.api_port = host, api_port
+
+    def request(
+        self, method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        req = urllib.request.Request(
+            f"http://{self.host}:{self.api_port}/api/v1/{path}",
+            data=body.encode() if body is not None else None,
+            method=method,
+            headers=headers or {},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as err:
+            return err.code, json.load(err)
+
+    def get(self, path: str) -> Any:
+        status, body = self.request("GET", path)
+        assert status == 200, body
+        return body
+
+    def ready(self, switches: int, timeout_s: float = 60) -> dict[str, Any]:
+        """Wait until every switch is connected and holds the current tables."""
+
+        def check() -> dict[str, Any] | None:
+            health: dict[str, Any] = self.get("health")
+            ok = health["switches_connected"] == switches and health["in_sync"]
+            return health if ok else None
+
+        result: dict[str, Any] = wait_for(check, timeout_s, f"{switches} switches connected and in sync")
+        return result
+
+
+class ControllerProcess(ControllerClient):
     def __init__(
         self,
         topology: Path,
@@ -53,9 +91,8 @@ class ControllerProcess:
         api_port: int | None = None,
     ) -> None:
         """Free ports on `host` unless given (a user's --openflow/--api)."""
-        self.host = host
+        super().__init__(host, api_port or free_port())
         self.of_port = of_port or free_port()
-        self.api_port = api_port or free_port()
         self.topology, self.state_dir, self.log, self.extra = topology, state_dir, log, extra
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -88,36 +125,5 @@ class ControllerProcess:
                 self.proc.wait()
             self.proc = None
 
-    def request(
-        self, method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None
-    ) -> tuple[int, Any]:
-        req = urllib.request.Request(
-            f"http://{self.host}:{self.api_port}/api/v1/{path}",
-            data=body.encode() if body is not None else None,
-            method=method,
-            headers=headers or {},
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=60) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as err:
-            return err.code, json.load(err)
 
-    def get(self, path: str) -> Any:
-        status, body = self.request("GET", path)
-        assert status == 200, body
-        return body
-
-    def ready(self, switches: int) -> dict[str, Any]:
-        """Wait until every switch is connected and holds the current tables."""
-
-        def check() -> dict[str, Any] | None:
-            health: dict[str, Any] = self.get("health")
-            ok = health["switches_connected"] == switches and health["in_sync"]
-            return health if ok else None
-
-        result: dict[str, Any] = wait_for(check, 60, f"{switches} switches connected and in sync")
-        return result
-
-
-__all__ = ["ControllerProcess", "free_port", "wait_for"]
+__all__ = ["ControllerClient", "ControllerProcess", "free_port", "wait_for"]

@@ -21,6 +21,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from traffic.fastpath import receive_buffer
+
 ETH_TYPE_PROBE = 0x88B5  # IEEE "local experimental"
 CLONE_NEWNET = 0x40000000
 _MAGIC = b"FLMESH"
@@ -55,7 +57,7 @@ def open_sockets(endpoints: Sequence[Endpoint]) -> list[socket.socket]:
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_TYPE_PROBE))
             sock.bind((ep.interface, ETH_TYPE_PROBE))
             sock.setblocking(False)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            receive_buffer(sock, 4 << 20)
             sockets.append(sock)
     except BaseException:
         for sock in sockets:

@@ -87,7 +87,11 @@ class MininetFabric:
         mtu: int = 1500,
         prefix_len: int = 16,
         inactivity_probe_ms: int = 30000,
+        name_prefix: str = "",
     ) -> None:
+        """`name_prefix` gives every Mininet node (so every bridge and interface) a short name of its own,
+        `{prefix}s{i}`/`{prefix}h{i}`, so that two fabrics of the same topology can share a network namespace
+        and an OVS (a scenario run beside `emulate up`); otherwise topology names are used where they fit."""
         self.fabric = fabric
         self.addresses = addresses
         self.controller = controller
@@ -97,10 +101,15 @@ class MininetFabric:
         self.inactivity_probe_ms = inactivity_probe_ms
         self.net: Any = None
         self.names: dict[str, str] = {}
-        for i, node in enumerate(fabric.switches):
-            self.names[node.name] = node.name if _fits(node.name, node.ports) else f"s{i}"
-        for i, node in enumerate(fabric.hosts):
-            self.names[node.name] = node.name if _fits(node.name, node.ports) else f"h{i}"
+        for kind, nodes in (("s", fabric.switches), ("h", fabric.hosts)):
+            for i, node in enumerate(nodes):
+                keep = not name_prefix and _fits(node.name, node.ports)
+                self.names[node.name] = node.name if keep else f"{name_prefix}{kind}{i}"
+                if not _fits(self.names[node.name], node.ports):
+                    raise EmulationError(
+                        f"name prefix {name_prefix!r}: {self.names[node.name]}-eth{node.ports} is longer "
+                        "than a Linux interface name may be (15 characters)"
+                    )
         if len(set(self.names.values())) != len(self.names):
             raise EmulationError("node names collide after shortening for Linux interface names")
         if scale is not None:
@@ -178,16 +187,29 @@ class MininetFabric:
         self.timings["mininet_start_s"] = time.perf_counter() - start
 
     def _configure(self) -> None:
-        """Hosts: IPv6 off, TX checksum offload off, MTU; switches: controller inactivity probe."""
+        """Every interface: no IPv6 (else the kernel's router solicitations, MLD reports and DAD probes reach
+        the switches as traffic; netlink rather than sysctl, which is read-only in a container); hosts: TX
+        checksum offload off, MTU; switches: controller inactivity probe."""
+        no_ipv6 = "ip link set {0} addrgenmode none; ip -6 addr flush dev {0}"
         for node in self.fabric.hosts:
             host = self.node(node.name)
-            script = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1"]
+            script = ["true"]
             for intf in host.intfList():
                 if intf.name != "lo":
+                    script.append(no_ipv6.format(intf.name))
                     script.append(f"ethtool -K {intf.name} tx off >/dev/null")
                     if self.mtu != 1500:
                         script.append(f"ip link set {intf.name} mtu {self.mtu}")
             host.cmd("; ".join(script))
+        root = [
+            line
+            for node in self.fabric.switches
+            for intf in self.node(node.name).intfList()
+            if intf.name != "lo"
+            for line in (f"link set {intf.name} addrgenmode none", f"addr flush dev {intf.name}")
+        ]
+        subprocess.run(["ip", "-6", "-batch", "-"], input="\n".join(root) + "\n", check=True,
+                       capture_output=True, text=True)  # fmt: skip
         args = ["ovs-vsctl", "--timeout=60"]
         for node in self.fabric.switches:
             name = self.names[node.name]
@@ -239,6 +261,8 @@ class MininetFabric:
             net.stop()
         except Exception:
             self._force_cleanup(net)
+        for controller in net.controllers:  # RemoteController.stop() is a no-op: its shell would outlive us
+            controller.terminate()
 
     def _force_cleanup(self, net: Any) -> None:
         import os  # noqa: PLC0415

@@ -34,7 +34,6 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from topologies.model import Fabric
@@ -252,13 +251,14 @@ class OvsFabric:
             peer = f"name {self.host_interface(b.node, b.port)} mtu {mtu} netns {self.namespace_of(b.node)}"
             cmds.append(f"link add {root} {dev} type veth peer {peer}" + (f" address {mac}" if mac else ""))
         _run(["ip", "-batch", "-"], "\n".join(cmds) + "\n")
-        # IPv6 off on root ends before they come up, or the kernel's router solicitations and MLD reports
-        # from one end of a switch-to-switch pair reach the other end's bridge as traffic.  Written to /proc
-        # directly: hundreds of sysctl processes would cost seconds.
-        conf = Path("/proc/sys/net/ipv6/conf")
-        for name in root_ends if conf.is_dir() else []:
-            (conf / name / "disable_ipv6").write_text("1\n")
-        _run(["ip", "-batch", "-"], "".join(f"link set {name} up\n" for name in root_ends))
+        # No IPv6 on root ends: with a link-local address the kernel sends router solicitations and MLD
+        # reports from one end of a switch-to-switch pair, which reach the other end's bridge as traffic.
+        # `addrgenmode none` before the link comes up (netlink, so it also works where /proc/sys is
+        # read-only, as in a container) means no address is ever made, so nothing is ever sent.
+        _run(
+            ["ip", "-batch", "-"],
+            "".join(f"link set {name} addrgenmode none\nlink set {name} up\n" for name in root_ends),
+        )
         # Hosts and bridges are independent: configure namespaces while ovs-vswitchd adds the ports.
         host_cmds = [self._host_config(host, ports) for host, ports in host_ports.items()]
         parts = [host_cmds[i::HOST_CONFIG_PROCESSES] for i in range(HOST_CONFIG_PROCESSES) if host_cmds[i:]]
@@ -288,20 +288,22 @@ class OvsFabric:
     def _host_config(self, host: str, ports: Sequence[int]) -> str:
         """One `ip -batch` line configuring a host inside its namespace.
 
-        IPv6 is disabled so that router solicitations, MLD reports and DAD probes do not reach the switches
-        as unexpected packets.  TX checksum offload is turned off because veth hands packets over with the
+        IPv6 gets no address (`addrgenmode none` before the link is up), so router solicitations, MLD
+        reports and DAD probes never reach the switches as unexpected packets.
+        TX checksum offload is turned off because veth hands packets over with the
         checksum only partially computed; the kernel datapath would complete it, but OVS's userspace datapath
         reads packets from an AF_PACKET socket and forwards them as they are, so receivers in other
         namespaces drop every TCP segment (even the SYN) and UDP datagram as corrupt.  ICMP checksums are
         always computed in software, which is why ping works without this and TCP does not.
         """
-        script = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1", "ip link set lo up"]
+        script = ["ip link set lo up"]
         for port in sorted(ports):
             name = self.host_interface(host, port)
             script.append(f"ethtool -K {name} tx off >/dev/null")
             own = self.addresses.get((host, port))
             if own is not None:
                 script.append(f"ip addr add {own[1]}/{self.prefix_len} dev {name}")
+            script.append(f"ip link set {name} addrgenmode none")
             script.append(f"ip link set {name} up")
             if self.static_arp and own is not None:
                 subnet = ipaddress.ip_interface(f"{own[1]}/{self.prefix_len}").network

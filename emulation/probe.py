@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Any
 
+from traffic.fastpath import receive_buffer
+
 _HEADER = struct.Struct("!Qd")  # sequence number, send time
 
 
@@ -46,7 +48,7 @@ def send(dst: str, port: int, rate_pps: float, duration_s: float, size: int = 64
 
 def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = None) -> dict[str, Any]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    receive_buffer(sock, 8 << 20)
     sock.bind(("0.0.0.0", port))
     sock.settimeout(0.1)
     if ready is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -76,6 +77,12 @@ def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = 
     return summary
 
 
+def run_name_prefix() -> str:
+    """Node names of this process's runs (r<pid>s0, r<pid>h3, ...): a scenario may run beside a fabric of
+    the same topology in its network namespace and OVS (`compose exec fabric fabriclab scenario run`)."""
+    return f"r{os.getpid() % 10000}"
+
+
 def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     spec, fabric = scenario.spec, scenario.fabric
@@ -90,7 +97,8 @@ def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> d
     start = time.perf_counter()
     progress(0.0, "starting controller")
     ctl.start()
-    net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scenario.scale)
+    net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scenario.scale,
+                        name_prefix=run_name_prefix())  # fmt: skip
     try:
         progress(0.02, "building the fabric")
         net.start()
@@ -269,4 +277,4 @@ def _utilisation(scenario: Scenario, samples: list[tuple[float, list[dict[str, A
     return {"times_s": times, "unit": "fraction of (scaled) capacity", "links": dict(sorted(rows.items()))}
 
 
-__all__ = ["console_progress", "run_scenario"]
+__all__ = ["console_progress", "run_name_prefix", "run_scenario"]

@@ -74,6 +74,8 @@ def test_sigterm_and_sigint_stop_the_controller_cleanly(tmp_path: Path) -> None:
         (["--emu-api", "8081"], "--emu-api: expected HOST:PORT"),
         (["--scale", "400G-200M"], "--scale: scale '400G-200M'"),
         (["--api", "localhost"], "--api: expected HOST:PORT"),
+        (["--controller-api", "127.0.0.1:8080"], "--controller-api: only with --controller"),
+        (["--controller", "tcp:h:1", "--controller-api", "x"], "--controller-api: expected HOST:PORT"),
     ],
 )
 def test_emulate_up_refuses_bad_addresses_before_building(args: list[str], message: str) -> None:

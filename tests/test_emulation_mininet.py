@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from controller.sm.manager import SubnetManager
-from emulation.controlproc import ControllerProcess
+from emulation.controlproc import ControllerProcess, free_port
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric, Scale, mininet_available
 from emulation.ovs import OvsDaemon
-from emulation.runner import run_scenario
+from emulation.runner import run_name_prefix, run_scenario
 from emulation.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import require_emulation
@@ -34,14 +34,19 @@ def daemon() -> Iterator[OvsDaemon]:
     d.stop_if_started()
 
 
-def leftovers(names: list[str]) -> list[str]:
+def leftovers(names: list[str], prefix: str | None = None) -> list[str]:
+    """What is left of a fabric: bridges and interfaces by node name (or by name prefix), host shells."""
     bridges = subprocess.run(
         ["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True
     ).stdout.split()
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
-    hosts = subprocess.run(["pgrep", "-f", "mininet:h"], capture_output=True, text=True, check=False).stdout
-    found = [f"bridge {b}" for b in bridges if b in names]
+    shells = ["pgrep", "-f", f"mininet:{prefix or ''}"]
+    hosts = subprocess.run(shells, capture_output=True, text=True, check=False).stdout
+    found = [f"bridge {b}" for b in bridges if b in names or (prefix and b.startswith(prefix))]
     found += [f"link {n}" for n in names if f" {n}-eth" in links]
+    if prefix:
+        ours = [line.split(":")[1].strip() for line in links.splitlines() if f": {prefix}" in line]
+        found += [f"link {name}" for name in ours]
     found += [f"host process {pid}" for pid in hosts.split()]
     return found
 
@@ -90,7 +95,18 @@ def _short(tmp_path: Path, name: str, duration: float, extra: str = "") -> Path:
 
 def test_link_failure_scenario_reports_loss_window_and_reroute(daemon: OvsDaemon, tmp_path: Path) -> None:
     scenario = load_scenario(_short(tmp_path, "link-failure.yaml", 5))
-    summary = run_scenario(scenario, tmp_path / "results")
+    # A fabric of the same topology already runs in this namespace and OVS (as in `docker compose exec
+    # fabric fabriclab scenario run ...`): the scenario builds its own beside it, under names of its own.
+    fabric = scenario.fabric
+    bystander = MininetFabric(fabric, SubnetManager(fabric).addresses.as_strings(),
+                              controller=f"tcp:127.0.0.1:{free_port()}")  # fmt: skip
+    bystander.start()
+    try:
+        summary = run_scenario(scenario, tmp_path / "results")
+        assert leftovers([], prefix=run_name_prefix()) == []
+    finally:
+        bystander.stop()
+    assert leftovers(list(bystander.names.values())) == []
     (rep,) = summary["repetitions"]
     assert rep["all_pairs"] == {"pairs": 240, "reachable": 240, "unreachable": []}
     assert [f["action"] for f in rep["faults"]] == ["link_down", "link_up"]

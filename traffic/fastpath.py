@@ -75,14 +75,21 @@ class FrameTemplate:
         return bytes(frame)
 
 
+def receive_buffer(sock: socket.socket, nbytes: int) -> None:
+    """A receive buffer of `nbytes` even above net.core.rmem_max (CAP_NET_ADMIN may force it): a receiver
+    descheduled for a few ms must not drop a burst. rmem_max is host-wide and read-only in a container, and
+    its default (208 KiB) is far below a burst, so results must not depend on someone having raised it."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, nbytes)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, nbytes)
+
+
 def raw_socket(ifname: str) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     sock.bind((ifname, 0))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    try:  # root may exceed rmem_max: a receiver descheduled for a few ms must not drop a burst
-        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
-    except OSError:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
+    receive_buffer(sock, 32 << 20)
     return sock
 
 
@@ -219,5 +226,6 @@ __all__ = [
     "icrc_ok",
     "masked_image",
     "raw_socket",
+    "receive_buffer",
     "send_stream",
 ]

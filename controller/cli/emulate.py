@@ -21,7 +21,7 @@ from typing import Any
 from controller.cli.common import CliError, load_fabric
 from controller.cli.serve import endpoint
 from controller.sm.manager import SubnetManager
-from emulation.controlproc import ControllerProcess
+from emulation.controlproc import ControllerClient, ControllerProcess
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import EmulationError, MininetFabric, Scale, mininet_available
 from emulation.ovs import OvsDaemon
@@ -39,6 +39,10 @@ def register(commands: Any) -> None:
     up.add_argument("--scale", help="link speed scaling, e.g. 400G=200M (HTB; at most 1 Gb/s per link)")
     up.add_argument("--engine", default="ftree")
     up.add_argument("--controller", help="use a running controller (tcp:HOST:PORT) instead of starting one")
+    up.add_argument(
+        "--controller-api",
+        help="REST address (HOST:PORT) of the --controller: wait until it has programmed every switch",
+    )
     up.add_argument("--api", default="127.0.0.1:8080", help="REST address of the controller this starts")
     up.add_argument(
         "--openflow", default="127.0.0.1:6653", help="OpenFlow address of the controller this starts"
@@ -140,6 +144,9 @@ def scenario_run(args: argparse.Namespace) -> int:
 def emulate_up(args: argparse.Namespace) -> int:
     fabric = load_fabric(args.topology)
     emu_api = endpoint(args.emu_api, "--emu-api")  # bad input fails before anything is built
+    remote_api = endpoint(args.controller_api, "--controller-api") if args.controller_api else None
+    if remote_api is not None and args.controller is None:
+        raise CliError("--controller-api: only with --controller (a controller this starts is waited for)")
     try:
         scale = Scale.parse(args.scale) if args.scale else None
     except ValueError as exc:
@@ -168,19 +175,26 @@ def emulate_up(args: argparse.Namespace) -> int:
             with _deferred():
                 net.start()
             print(f"fabric: {fabric.summary()}; Mininet up in {time.perf_counter() - start:.1f} s")
-            if ctl is not None:
-                ctl.ready(len(fabric.switches))
+            client = ctl if ctl is not None else ControllerClient(*remote_api) if remote_api else None
+            if client is not None:
+                client.ready(len(fabric.switches))
                 print(f"tables installed on every switch at {time.perf_counter() - start:.1f} s")
             pairs = check_all_pairs(net.endpoints())
             ok = sum(pairs.values())
             print(f"all pairs: {ok}/{len(pairs)} reachable, verified at {time.perf_counter() - start:.1f} s")
-            summary = {"fabric": fabric.summary(), "pairs": len(pairs), "pairs_reachable": ok}
+            summary = {
+                "fabric": fabric.summary(),
+                "switches": len(fabric.switches),
+                "hosts": len(fabric.hosts),
+                "pairs": len(pairs),
+                "pairs_reachable": ok,
+                "verified_s": round(time.perf_counter() - start, 3),
+            }
             server = _serve_faults(net, summary, emu_api)
             print(
-                print(
-                    f'faults: POST http://{args.emu_api}/api/v1/faults (e.g. {{"action": "link_down", '
-                    f'"target": "leaf1:3"}})'
-                )
+                f'faults: POST http://{args.emu_api}/api/v1/faults (e.g. {{"action": "link_down", '
+                f'"target": "leaf1:3"}}); summary: GET http://{args.emu_api}/api/v1/emulation',
+                flush=True,
             )
             if args.no_cli or not sys.stdin.isatty():
                 _wait_for_signal()

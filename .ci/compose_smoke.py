@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Smoke test of README's first command, `docker compose up`, as a user would meet it.
+
+Brings the stack up detached, waits until both services are healthy, checks through the REST APIs that every
+switch is connected and every host pair was verified reachable, injects a link fault and sees the controller
+reroute, runs a shipped scenario through `docker compose exec`, then `docker compose down` and checks that
+nothing is left: no containers, no listeners, no interfaces of the fabric in the host's namespace.
+
+Run from the repository root on a machine with a Docker engine (see `.ci/run`). Standard library only.
+Exit status 0 on success; on failure the services' logs are printed and the stack is still taken down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+API = f"http://127.0.0.1:{os.environ.get('FABRICLAB_API_PORT', '8080')}/api/v1"
+EMU_API = f"http://127.0.0.1:{os.environ.get('FABRICLAB_EMU_API_PORT', '8081')}/api/v1"
+PORT_DEFAULTS = {"FABRICLAB_API_PORT": 8080, "FABRICLAB_EMU_API_PORT": 8081, "FABRICLAB_OPENFLOW_PORT": 6653}
+PORTS = [int(os.environ.get(name, default)) for name, default in PORT_DEFAULTS.items()]
+SCENARIO = "scenarios/link-failure.yaml"
+RESULTS = "results/compose-smoke"
+
+
+class SmokeFailure(Exception):
+    pass
+
+
+def compose(*args: str, timeout_s: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
+    argv = ["docker", "compose", *args]
+    print("$", " ".join(argv), flush=True)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if check and done.returncode != 0:
+        raise SmokeFailure(f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def get(url: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
+    token = os.environ.get("FABRICLAB_API_TOKEN")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(req, timeout=10) as response:
+        return json.load(response)
+
+
+def health(service: str) -> str:
+    ids = compose("ps", "-q", service).stdout.split()
+    if not ids:
+        return "no container"
+    status = "{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}"
+    argv = ["docker", "inspect", "--format", status, ids[0]]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout.split()
+    return out[-1] if len(out) > 1 else (out[0] if out else "gone")
+
+
+def wait_healthy(services: list[str], timeout_s: float) -> float:
+    start = time.monotonic()
+    while True:
+        states = {s: health(s) for s in services}
+        if all(state == "healthy" for state in states.values()):
+            return time.monotonic() - start
+        if any(state in ("exited", "dead", "unhealthy", "gone") for state in states.values()):
+            raise SmokeFailure(f"services failed: {states}")
+        if time.monotonic() - start > timeout_s:
+            raise SmokeFailure(f"not healthy after {timeout_s:.0f} s: {states}")
+        time.sleep(2)
+
+
+def host_network() -> set[str]:
+    """Interfaces and named namespaces in the host's network namespace (the fabric uses host networking)."""
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    links = {
+        f"interface {line.split(':')[1].strip().split('@')[0]}" for line in out.splitlines() if ":" in line
+    }
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return links | {f"namespace {line.split()[0]}" for line in out.splitlines() if line.strip()}
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def smoke() -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    compose("config", "-q")
+    busy = [port for port in PORTS if listening(port)]
+    if busy:
+        raise SmokeFailure(f"ports already in use on 127.0.0.1: {busy}; stop whatever holds them first")
+    start = time.monotonic()
+    compose("up", "-d")
+    figures["healthy_s"] = round(wait_healthy(["controller", "fabric"], timeout_s=300), 1)
+
+    fabric = get(f"{API}/fabric")
+    switches = fabric["switches"]
+    down = [s["name"] for s in switches if not s["connected"]]
+    if not switches or down:
+        raise SmokeFailure(f"switches not connected: {down or 'none listed'}")
+    emulation = get(f"{EMU_API}/emulation")
+    if not emulation["pairs"] or emulation["pairs_reachable"] != emulation["pairs"]:
+        raise SmokeFailure(f"all-pairs check did not pass: {emulation}")
+    figures.update(switches=len(switches), pairs=emulation["pairs"], verified_s=emulation["verified_s"])
+    print(f"ok: {len(switches)} switches connected, {emulation['pairs']} pairs reachable", flush=True)
+
+    last = max((int(e["id"]) for e in get(f"{API}/events")), default=0)
+    get(f"{EMU_API}/faults", {"action": "link_down", "target": "leaf1:3"})
+    deadline = time.monotonic() + 30
+    while not any(e["kind"] == "port_down" for e in get(f"{API}/events?since={last}")):
+        if time.monotonic() > deadline:
+            raise SmokeFailure("the controller saw no port_down within 30 s of a link_down fault")
+        time.sleep(0.2)
+    get(f"{EMU_API}/faults", {"action": "link_up", "target": "leaf1:3"})
+    print("ok: link_down injected through the emulator API, port_down seen by the controller", flush=True)
+
+    shutil.rmtree(ROOT / RESULTS, ignore_errors=True)
+    run = compose("exec", "-T", "fabric", "fabriclab", "scenario", "run", SCENARIO, "-o", RESULTS)
+    print(run.stdout.strip(), flush=True)
+    summary = json.loads((ROOT / RESULTS / "summary.json").read_text())
+    rep = summary["repetitions"][0]
+    if rep["all_pairs"]["reachable"] != rep["all_pairs"]["pairs"] or not rep["flows"]:
+        raise SmokeFailure(f"scenario in the fabric container: {rep['all_pairs']}, {len(rep['flows'])} flows")
+    if not all(f["received"] > 0 for f in rep["flows"]):
+        raise SmokeFailure(f"scenario flows received nothing: {rep['flows']}")
+    figures["scenario_flows"] = len(rep["flows"])
+    print(
+        f"ok: scenario {summary['scenario']} ran in the fabric container; results in ./{RESULTS}", flush=True
+    )
+    figures["total_up_s"] = round(time.monotonic() - start, 1)
+    return figures
+
+
+def teardown(before: set[str]) -> list[str]:
+    """`docker compose down`, then what is still there that was not before `up` (should be nothing)."""
+    start = time.monotonic()
+    compose("down", "--timeout", "60", timeout_s=300, check=False)
+    print(f"down in {time.monotonic() - start:.1f} s", flush=True)
+    left = [f"container {c}" for c in compose("ps", "-q", check=False).stdout.split()]
+    left += [f"listener on port {port}" for port in PORTS if listening(port)]
+    left += sorted(host_network() - before)
+    return left
+
+
+def main() -> int:
+    before = host_network()
+    failure: Exception | None = None
+    figures: dict[str, Any] = {}
+    try:
+        figures = smoke()
+    except (
+        SmokeFailure,
+        OSError,
+        urllib.error.URLError,
+        KeyError,
+        ValueError,
+        subprocess.SubprocessError,
+    ) as exc:
+        failure = exc
+        print(compose("logs", "--no-color", "--tail", "80", check=False).stdout, file=sys.stderr)
+    left = teardown(before)
+    if left:
+        print(f"FAIL: left behind after `docker compose down`: {left}", file=sys.stderr)
+    if failure is not None:
+        print(f"FAIL: {failure}", file=sys.stderr)
+    if failure is None and not left:
+        print(json.dumps({"compose_smoke": "passed", **figures}))
+        return 0
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

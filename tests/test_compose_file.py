@@ -1,0 +1,103 @@
+"""The container setup's promises, checked on the files themselves (the running stack is smoke-tested
+by `.ci/compose_smoke.py` in CI): least privilege, no bridge networks, the test service isolated and
+forced to run the emulation tests, settings documented, README's two commands being what CI runs."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+EMULATION_CAPS = {"NET_ADMIN", "SYS_ADMIN", "NET_RAW"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return data
+
+
+def test_compose_file_works_with_v2_and_1_29(compose: dict[str, Any]) -> None:
+    assert "version" not in compose  # obsolete in v2 (warns); 1.29 reads the Compose Specification without it
+    assert set(compose["services"]) == {"controller", "fabric", "test"}
+    assert "networks" not in compose  # no Docker bridge networks at all
+
+
+def test_least_privilege_and_no_bridge_networks(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        assert not service.get("privileged"), name
+        assert service["network_mode"] in {"host", "none"}, name
+        assert "networks" not in service and "ports" not in service, name
+        assert set(service.get("cap_add", [])) <= EMULATION_CAPS, name
+        assert service["image"] == "fabriclab:latest", name  # one image for all
+        assert service["build"] == {"context": ".", "dockerfile": "docker/Dockerfile", "network": "host"}
+    controller = compose["services"]["controller"]
+    assert "cap_add" not in controller and "devices" not in controller  # it only speaks TCP
+    for name in ("fabric", "test"):
+        service = compose["services"][name]
+        assert set(service["cap_add"]) == EMULATION_CAPS
+        assert service["devices"] == ["/dev/net/tun:/dev/net/tun"]
+        assert service["security_opt"] == ["seccomp=unconfined"]
+
+
+def test_services_start_in_order_and_stop_cleanly(compose: dict[str, Any]) -> None:
+    controller, fabric = compose["services"]["controller"], compose["services"]["fabric"]
+    assert controller["network_mode"] == fabric["network_mode"] == "host"
+    assert "/api/v1/health" in " ".join(controller["healthcheck"]["test"])
+    assert "/api/v1/emulation" in " ".join(fabric["healthcheck"]["test"])  # healthy = all pairs verified
+    assert fabric["depends_on"] == {"controller": {"condition": "service_healthy"}}
+    assert fabric["init"] is True  # SIGTERM reaches fabriclab, which tears down what it built
+    assert int(fabric["stop_grace_period"].rstrip("s")) >= 30
+    assert "./results:/fabriclab/results" in fabric["volumes"]
+    for service in (controller, fabric):  # users' own topology files, no rebuild; never written
+        assert "./topologies:/fabriclab/topologies:ro" in service["volumes"]
+    command = fabric["command"]
+    assert command[:4] == ["fabriclab", "emulate", "up", "--no-cli"]
+    assert "--controller" in command and "--controller-api" in command
+
+
+def test_test_service_is_isolated_and_must_run_emulation(compose: dict[str, Any]) -> None:
+    test = compose["services"]["test"]
+    assert test["network_mode"] == "none"
+    assert test["environment"]["FABRICLAB_REQUIRE_EMULATION"] == "1"
+    assert test["command"] == ["python", "-m", "pytest", "-q"]
+    assert test["profiles"] == ["test"]  # not started by `docker compose up`
+
+
+def test_every_setting_is_documented_with_its_default() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    used = dict(re.findall(r"\$\{(FABRICLAB_[A-Z_]+):-([^}]*)\}", text))
+    example = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert used == example  # same names, same defaults
+    readme = (ROOT / "README.md").read_text()
+    assert [name for name in used if f"`{name}`" not in readme] == []
+
+
+def test_image_installs_extra_cas_from_the_documented_folder() -> None:
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert re.findall(r"^FROM .*$", dockerfile, re.M) == ["FROM debian:bookworm-slim"]
+    copy = re.search(r"^COPY docker/certs/ (\S+)$", dockerfile, re.M)
+    assert copy and copy.group(1).startswith("/usr/local/share/ca-certificates/")
+    cas = dockerfile.index("update-ca-certificates")
+    assert cas < dockerfile.index("pip install")  # trusted before anything is fetched over HTTPS
+    assert (ROOT / "docker" / "certs" / "README.md").is_file()
+    assert "/docker/certs/*.crt" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_readme_starts_with_the_two_commands_and_ci_runs_them() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```", 2)[1]
+    commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["docker compose up", "docker compose run --rm test"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "../shared/ci/prepare-docker.sh --ca-dir docker/certs" in ci
+    assert "\ndocker compose run --rm test " in ci  # README's test command, verbatim
+    assert "python3 .ci/compose_smoke.py" in ci
