@@ -6,7 +6,8 @@ switch is connected and every host pair was verified reachable, injects a link f
 reroute, runs a shipped scenario through `docker compose exec`, then `docker compose down` and checks that
 nothing is left: no containers, no listeners, no interfaces of the fabric in the host's namespace.
 
-Run from the repository root on a machine with a Docker engine (see `.ci/run`). Standard library only.
+Run from the repository root on a machine with a Docker engine (see `.ci/run`). Standard library only
+(plus the project's own stdlib-only REST client, `emulation.controlproc`): the host needs no installs.
 Exit status 0 on success; on failure the services' logs are printed and the stack is still taken down.
 """
 
@@ -19,16 +20,17 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-API = f"http://127.0.0.1:{os.environ.get('FABRICLAB_API_PORT', '8080')}/api/v1"
-EMU_API = f"http://127.0.0.1:{os.environ.get('FABRICLAB_EMU_API_PORT', '8081')}/api/v1"
 PORT_DEFAULTS = {"FABRICLAB_API_PORT": 8080, "FABRICLAB_EMU_API_PORT": 8081, "FABRICLAB_OPENFLOW_PORT": 6653}
 PORTS = [int(os.environ.get(name, default)) for name, default in PORT_DEFAULTS.items()]
+sys.path.insert(0, str(ROOT))  # the project's REST client; standard library only, like this script
+from emulation.controlproc import ControllerClient, wait_for  # noqa: E402
+
+CONTROLLER = ControllerClient("127.0.0.1", PORTS[0])
+EMULATOR = ControllerClient("127.0.0.1", PORTS[1])  # the emulator's API speaks the same /api/v1 style
 SCENARIO = "scenarios/link-failure.yaml"
 RESULTS = "results/compose-smoke"
 
@@ -46,14 +48,13 @@ def compose(*args: str, timeout_s: float = 600, check: bool = True) -> subproces
     return done
 
 
-def get(url: str, body: dict[str, Any] | None = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
+def post(api: ControllerClient, path: str, body: dict[str, Any]) -> Any:
     token = os.environ.get("FABRICLAB_API_TOKEN")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(req, timeout=10) as response:
-        return json.load(response)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    status, answer = api.request("POST", path, json.dumps(body), headers)
+    if status != 200:
+        raise SmokeFailure(f"POST {path} {body}: {status} {answer}")
+    return answer
 
 
 def health(service: str) -> str:
@@ -105,25 +106,25 @@ def smoke() -> dict[str, Any]:
     compose("up", "-d")
     figures["healthy_s"] = round(wait_healthy(["controller", "fabric"], timeout_s=300), 1)
 
-    fabric = get(f"{API}/fabric")
+    fabric = CONTROLLER.get("fabric")
     switches = fabric["switches"]
     down = [s["name"] for s in switches if not s["connected"]]
     if not switches or down:
         raise SmokeFailure(f"switches not connected: {down or 'none listed'}")
-    emulation = get(f"{EMU_API}/emulation")
+    emulation = EMULATOR.get("emulation")
     if not emulation["pairs"] or emulation["pairs_reachable"] != emulation["pairs"]:
         raise SmokeFailure(f"all-pairs check did not pass: {emulation}")
     figures.update(switches=len(switches), pairs=emulation["pairs"], verified_s=emulation["verified_s"])
     print(f"ok: {len(switches)} switches connected, {emulation['pairs']} pairs reachable", flush=True)
 
-    last = max((int(e["id"]) for e in get(f"{API}/events")), default=0)
-    get(f"{EMU_API}/faults", {"action": "link_down", "target": "leaf1:3"})
-    deadline = time.monotonic() + 30
-    while not any(e["kind"] == "port_down" for e in get(f"{API}/events?since={last}")):
-        if time.monotonic() > deadline:
-            raise SmokeFailure("the controller saw no port_down within 30 s of a link_down fault")
-        time.sleep(0.2)
-    get(f"{EMU_API}/faults", {"action": "link_up", "target": "leaf1:3"})
+    last = max((int(e["id"]) for e in CONTROLLER.get("events")), default=0)
+    post(EMULATOR, "faults", {"action": "link_down", "target": "leaf1:3"})
+
+    def seen() -> bool:
+        return any(e["kind"] == "port_down" for e in CONTROLLER.get(f"events?since={last}"))
+
+    wait_for(seen, 30, "the controller's port_down after a link_down fault", interval_s=0.2)
+    post(EMULATOR, "faults", {"action": "link_up", "target": "leaf1:3"})
     print("ok: link_down injected through the emulator API, port_down seen by the controller", flush=True)
 
     shutil.rmtree(ROOT / RESULTS, ignore_errors=True)
@@ -163,7 +164,7 @@ def main() -> int:
     except (
         SmokeFailure,
         OSError,
-        urllib.error.URLError,
+        AssertionError,  # a REST call that did not answer 200, or wait_for timing out
         KeyError,
         ValueError,
         subprocess.SubprocessError,

@@ -21,6 +21,7 @@ from emulation.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import require_emulation
 from topologies.loader import load_topology
+from topologies.model import Fabric
 
 TOPOLOGY = ROOT / "topologies" / "fat-tree-k4.yaml"
 
@@ -49,6 +50,12 @@ def leftovers(names: list[str], prefix: str | None = None) -> list[str]:
         found += [f"link {name}" for name in ours]
     found += [f"host process {pid}" for pid in hosts.split()]
     return found
+
+
+def uncontrolled(fabric: Fabric) -> MininetFabric:
+    """A Mininet fabric whose switches have no controller to reach (secure mode: no flows at all)."""
+    addresses = SubnetManager(fabric).addresses.as_strings()
+    return MininetFabric(fabric, addresses, controller=f"tcp:127.0.0.1:{free_port()}")
 
 
 def test_k4_comes_up_and_every_pair_is_reached_through_the_controller(
@@ -97,9 +104,7 @@ def test_link_failure_scenario_reports_loss_window_and_reroute(daemon: OvsDaemon
     scenario = load_scenario(_short(tmp_path, "link-failure.yaml", 5))
     # A fabric of the same topology already runs in this namespace and OVS (as in `docker compose exec
     # fabric fabriclab scenario run ...`): the scenario builds its own beside it, under names of its own.
-    fabric = scenario.fabric
-    bystander = MininetFabric(fabric, SubnetManager(fabric).addresses.as_strings(),
-                              controller=f"tcp:127.0.0.1:{free_port()}")  # fmt: skip
+    bystander = uncontrolled(scenario.fabric)
     bystander.start()
     try:
         summary = run_scenario(scenario, tmp_path / "results")
@@ -174,10 +179,7 @@ def test_faults_from_the_cli_helper_cut_and_restore_real_interfaces(
 ) -> None:
     from controller.cli.emulate import apply_fault
 
-    fabric = load_topology(TOPOLOGY)
-    sm = SubnetManager(fabric)
-    addresses = sm.addresses.as_strings()
-    net = MininetFabric(fabric, addresses, controller="tcp:127.0.0.1:9")  # no controller needed here
+    net = uncontrolled(load_topology(TOPOLOGY))  # faults act on interfaces: no controller needed
     try:
         net.start()
 
