@@ -26,6 +26,11 @@ def free_port() -> int:
         return port
 
 
+class WaitTimeout(AssertionError):
+    """`wait_for` gave up.  An AssertionError, so that tests read it as a failed expectation; its own type, so
+    that the CLI can tell the user what did not become ready instead of showing a traceback."""
+
+
 def wait_for(check: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout_s
     last: Any = None
@@ -38,7 +43,7 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str, interval_s: 
             if last:
                 return last
         time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; last: {last!r}")
+    raise WaitTimeout(f"timed out after {timeout_s} s waiting for {what}; last: {last!r}")
 
 
 class ControllerClient:
@@ -126,4 +131,4 @@ class ControllerProcess(ControllerClient):
             self.proc = None
 
 
-__all__ = ["ControllerClient", "ControllerProcess", "free_port", "wait_for"]
+__all__ = ["ControllerClient", "ControllerProcess", "WaitTimeout", "free_port", "wait_for"]

@@ -75,6 +75,7 @@ def test_sigterm_and_sigint_stop_the_controller_cleanly(tmp_path: Path) -> None:
         (["--scale", "400G-200M"], "--scale: scale '400G-200M'"),
         (["--api", "localhost"], "--api: expected HOST:PORT"),
         (["--controller-api", "127.0.0.1:8080"], "--controller-api: only with --controller"),
+        (["--engine", "foo"], "unknown routing engine 'foo'"),
         (["--controller", "tcp:h:1", "--controller-api", "x"], "--controller-api: expected HOST:PORT"),
     ],
 )

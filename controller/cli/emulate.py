@@ -21,7 +21,7 @@ from typing import Any
 from controller.cli.common import CliError, load_fabric
 from controller.cli.serve import endpoint
 from controller.sm.manager import SubnetManager
-from emulation.controlproc import ControllerClient, ControllerProcess
+from emulation.controlproc import ControllerClient, ControllerProcess, WaitTimeout
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import EmulationError, MininetFabric, Scale, mininet_available
 from emulation.ovs import OvsDaemon
@@ -124,6 +124,8 @@ def scenario_run(args: argparse.Namespace) -> int:
     _stop_on_signals()
     try:
         summary = run_scenario(scenario, args.output, console_progress())
+    except WaitTimeout as exc:
+        raise CliError(f"controller not ready (see controller.log under {args.output}): {exc}") from None
     except Stopped:
         print("stopped: the fabric and controller were torn down", file=sys.stderr)
         return 130
@@ -151,9 +153,11 @@ def emulate_up(args: argparse.Namespace) -> int:
         scale = Scale.parse(args.scale) if args.scale else None
     except ValueError as exc:
         raise CliError(f"--scale: {exc}") from None
+    sm = SubnetManager(fabric)
+    if args.controller is None:
+        sm.registry.create(args.engine)  # an unknown engine fails here, not in the controller it starts
     daemon = _prerequisites()
     _stop_on_signals()
-    sm = SubnetManager(fabric)
     addresses = sm.addresses.as_strings()
     ctl: ControllerProcess | None = None
     start = time.perf_counter()
@@ -206,6 +210,9 @@ def emulate_up(args: argparse.Namespace) -> int:
             net.stop()
     except EmulationError as exc:
         raise CliError(str(exc)) from None
+    except WaitTimeout as exc:
+        where = "see controller.log" if ctl is not None else f"is it running at {args.controller}?"
+        raise CliError(f"controller not ready ({where}): {exc}") from None
     except Stopped:
         print("stopped: torn down")
     finally:
