@@ -77,6 +77,8 @@ def test_sigterm_and_sigint_stop_the_controller_cleanly(tmp_path: Path) -> None:
         (["--controller-api", "127.0.0.1:8080"], "--controller-api: only with --controller"),
         (["--engine", "foo"], "unknown routing engine 'foo'"),
         (["--controller", "tcp:h:1", "--controller-api", "x"], "--controller-api: expected HOST:PORT"),
+        (["--ready-timeout", "0"], "--ready-timeout: must be a positive number of seconds, not 0"),
+        (["--ready-timeout", "nan"], "--ready-timeout: must be a positive number of seconds, not nan"),
     ],
 )
 def test_emulate_up_refuses_bad_addresses_before_building(args: list[str], message: str) -> None:

@@ -201,6 +201,26 @@ def test_faults_from_the_cli_helper_cut_and_restore_real_interfaces(
         net.stop()
 
 
+def test_a_controller_that_never_programs_the_switches_is_a_clear_error(
+    daemon: OvsDaemon, tmp_path: Path
+) -> None:
+    """Nothing listens at the given controller or its API: the user gets one line naming it, exit 2, and
+    the fabric built meanwhile is gone."""
+    controller = f"tcp:127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli",
+         "--controller", controller, "--controller-api", f"127.0.0.1:{free_port()}",
+         "--emu-api", f"127.0.0.1:{free_port()}", "--ready-timeout", "2"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"fabriclab: error: controller not ready (is it running at {controller}?)"), line
+    assert "timed out after 2.0 s waiting for 20 switches connected and in sync" in line
+    assert leftovers(list(load_topology(TOPOLOGY).nodes)) == []
+
+
 @pytest.mark.parametrize("after_s", [0.5, 1.2, 2.5])
 def test_sigterm_at_any_moment_of_bring_up_leaves_nothing(
     daemon: OvsDaemon, tmp_path: Path, after_s: float

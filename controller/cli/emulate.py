@@ -50,6 +50,13 @@ def register(commands: Any) -> None:
     up.add_argument("--mtu", type=int, default=1500)
     up.add_argument("--emu-api", default="127.0.0.1:8081", help="the emulator's fault-injection REST API")
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: wait for Ctrl-C or SIGTERM")
+    up.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds to wait for the controller to program every switch (default 120)",
+    )
     up.set_defaults(handler=emulate_up)
 
     scenario = commands.add_parser("scenario", help="check or run scenario files")
@@ -147,6 +154,8 @@ def emulate_up(args: argparse.Namespace) -> int:
     fabric = load_fabric(args.topology)
     emu_api = endpoint(args.emu_api, "--emu-api")  # bad input fails before anything is built
     remote_api = endpoint(args.controller_api, "--controller-api") if args.controller_api else None
+    if not args.ready_timeout > 0:
+        raise CliError(f"--ready-timeout: must be a positive number of seconds, not {args.ready_timeout:g}")
     if remote_api is not None and args.controller is None:
         raise CliError("--controller-api: only with --controller (a controller this starts is waited for)")
     try:
@@ -181,7 +190,7 @@ def emulate_up(args: argparse.Namespace) -> int:
             print(f"fabric: {fabric.summary()}; Mininet up in {time.perf_counter() - start:.1f} s")
             client = ctl if ctl is not None else ControllerClient(*remote_api) if remote_api else None
             if client is not None:
-                client.ready(len(fabric.switches))
+                client.ready(len(fabric.switches), timeout_s=args.ready_timeout)
                 print(f"tables installed on every switch at {time.perf_counter() - start:.1f} s")
             pairs = check_all_pairs(net.endpoints())
             ok = sum(pairs.values())
