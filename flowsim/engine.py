@@ -347,8 +347,8 @@ class Simulator:
         self.pool.add(
             mult=mult, remaining=b.size_bytes[rep], cap=uniq[:, 2].copy().view(np.float64),
             start=np.full(n, self.now), end=np.full(n, np.inf), rate=np.zeros(n), src=src, dst=dst,
-            sport=b.sport[rep], owner=np.full(n, bi), step=np.zeros(n), pos=np.full(n, -1), off=off, len=length,
-            agg=np.ones(n, bool),
+            sport=b.sport[rep], owner=np.full(n, bi), step=np.zeros(n), pos=np.full(n, -1), off=off,
+            len=length, agg=np.ones(n, bool),
         )  # fmt: skip
         self.stats["classes"] += n
         self.stats["members"] += idx.size
