@@ -32,8 +32,9 @@ from flowsim.workload import FlowBatch, Workload
 
 Progress = Callable[[float, str], None]
 BYTES_PER_GBIT = 1e9 / 8
-#: Completions within this relative time of the earliest one are processed in the same event.
-BATCH_TOL = 1e-6
+#: Flows that would complete within this fraction of the elapsed time of the next completion complete with
+#: it (an FCT error of at most 0.1 % of the time so far); it cuts events severalfold on ECMP all-to-alls.
+BATCH_TOL = 1e-3
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class SimConfig:
     ideal: bool = False
     heat_bins: int = 64
     max_events: int = 2_000_000
+    #: Extrapolate runs of identical collective steps that run in lockstep (exact; off only to test that).
+    lockstep: bool = True
 
 
 @dataclass
@@ -487,7 +490,7 @@ class Simulator:
             self._start_batch(bi, idx)
         before = self.pool.n
         self._start_collective_flows()
-        if self.pool.n != before:
+        if self.pool.n != before and self.cfg.lockstep:
             self._maybe_skip()
 
     def _finish(self, done: np.ndarray, ended: np.ndarray) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from controller.cli import emulate as emulate_cmd
 from controller.cli import route as route_cmd
 from controller.cli import serve as serve_cmd
+from controller.cli import sim as sim_cmd
 from controller.cli import topo as topo_cmd
 from controller.cli import traffic as traffic_cmd
 from controller.cli.common import CliError
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.register(commands)
     emulate_cmd.register(commands)
     traffic_cmd.register(commands)
+    sim_cmd.register(commands)
     engines = commands.add_parser("engines", help="list routing engines")
     engines.set_defaults(handler=route_cmd.list_engines)
     return parser
