@@ -4,13 +4,15 @@ Packets of an adaptive flow are sprayed over the equal-cost ports the controller
 their destination; every `interval_ms` the controller reads the link counters of the last interval
 (utilisation = bytes / (capacity x interval)) and, per (switch, destination switch):
 
-* a port whose link is above `threshold` stops being allowed — if some equal-cost port is below
-  `threshold - hysteresis` to take its share (otherwise there is nowhere better to go and it stays);
-* a port below `threshold - hysteresis` is allowed (again);
+* a port that is not allowed comes back when its link is below `threshold - hysteresis` *and* would stay
+  at or below `threshold` after taking an even share of what the allowed ports now carry (a port that was
+  dropped is idle, so its own utilisation alone says nothing: readmitting it on that would flap);
+* an allowed port whose link is above `threshold` stops being allowed if another allowed (or readmitted)
+  port is below `threshold - hysteresis` to take its share — otherwise there is nowhere better and it stays;
 * at least one port always stays allowed.
 
-The band between `threshold - hysteresis` and `threshold` is where nothing changes, so a port does not flap
-between two intervals.  Allowed sets start as all alternatives (nothing measured yet: plain spraying).
+The band between `threshold - hysteresis` and `threshold` is where nothing changes.  Allowed sets start as
+all alternatives (nothing measured yet: plain spraying).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def next_allowed(routing: Routing, allowed: U8, util: F64, threshold: float, hys
     n_sw, n_ports = subnet.n_switches, subnet.n_ports
     linked = routing.link_of >= 0
     port_util = np.where(linked, util[np.maximum(routing.link_of, 0)], np.inf)  # (S, P)
+    cap = np.where(linked, routing.network.cap_gbps[np.maximum(routing.link_of, 0)], 1.0)
+    load = np.where(linked, port_util * cap, 0.0)
     hot = port_util > threshold
     cool = port_util < threshold - hysteresis
     out = allowed.copy()
@@ -39,8 +43,12 @@ def next_allowed(routing: Routing, allowed: U8, util: F64, threshold: float, hys
         cols = slice(lo, min(n_sw, lo + step))
         alt = np.unpackbits(routing.tables.alt[:, cols], axis=2, count=n_ports).astype(bool)  # (S, T, P)
         now = np.unpackbits(allowed[:, cols], axis=2, count=n_ports).astype(bool) & alt
-        has_cool = (alt & cool[:, None, :]).any(axis=2, keepdims=True)
-        new = alt & ((now & ~(hot[:, None, :] & has_cool)) | cool[:, None, :])
+        moving = np.where(now, load[:, None, :], 0.0).sum(axis=2, keepdims=True)  # (S, T, 1)
+        k = now.sum(axis=2, keepdims=True)
+        estimate = port_util[:, None, :] + moving / (k + 1) / cap[:, None, :]
+        readmit = alt & ~now & cool[:, None, :] & (estimate <= threshold)
+        has_cool = ((now | readmit) & cool[:, None, :]).any(axis=2, keepdims=True)
+        new = (now & ~(hot[:, None, :] & has_cool)) | readmit
         empty = ~new.any(axis=2, keepdims=True)
         new = np.where(empty, now, new)
         new = np.where(~new.any(axis=2, keepdims=True), alt, new)
