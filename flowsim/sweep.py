@@ -233,7 +233,7 @@ def connect_dask(address: str, timeout_s: float = 10.0) -> Any:
     except ImportError:  # pragma: no cover - dask[distributed] is a dependency
         raise SweepError("--dask needs dask[distributed] installed", field="dask") from None
     try:
-        return Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+        return Client(address, timeout=f"{timeout_s}s")
     except (OSError, TimeoutError, ValueError) as exc:
         raise SweepError(
             f"no Dask scheduler answers at {address} ({type(exc).__name__}: {exc})", field="dask"
