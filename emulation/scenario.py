@@ -374,8 +374,8 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
 def _check_kv(item: KvTransfer, hosts: Sequence[str], doc: Document, i: int) -> None:
     try:
         model_shape(item.model)
-        prefill = parse_hosts(item.prefill if isinstance(item.prefill, str) else ",".join(item.prefill), hosts,
-                              field="prefill")  # fmt: skip
+        names = item.prefill if isinstance(item.prefill, str) else ",".join(item.prefill)
+        prefill = parse_hosts(names, hosts, field="prefill")
         parse_hosts(item.decode, hosts, field="decode")
         if item.decode in prefill:
             raise TrafficError(f"{item.decode!r} is also a prefill host", field="decode")

@@ -18,145 +18,22 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.sm.policies import PolicyParams, default_policies
+from controller.sm.policies import default_policies
 from flowsim.adaptive import next_allowed
 from flowsim.maxmin import max_min, ranges
 from flowsim.network import F64, I32, I64, Network, Routing, fabric_link_index, route_fabric
+from flowsim.pool import BYTES_PER_GBIT, GroupResult, Pool, SimConfig, SimResult
 from flowsim.routes import Routes, five_tuple_hash, spray, walk
 from flowsim.steps import CollectiveState, SyncMark, equivalent_run, lockstep_candidate
 from flowsim.workload import FlowBatch, Workload
 
 Progress = Callable[[float, str], None]
-BYTES_PER_GBIT = 1e9 / 8
 #: Flows that would complete within this fraction of the elapsed time of the next completion complete with
 #: it (an FCT error of at most 0.1 % of the time so far); it cuts events severalfold on ECMP all-to-alls.
 BATCH_TOL = 1e-3
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    policy: str = "static"
-    params: PolicyParams = field(default_factory=PolicyParams)
-    engine: str = "ftree"
-    seed: int = 0
-    #: "auto": aggregate one-phase batches larger than `aggregate_above` members; "always"; "never".
-    aggregate: str = "auto"
-    aggregate_above: int = 200_000
-    #: The reference run: a non-blocking fabric (only the hosts' own links constrain).
-    ideal: bool = False
-    heat_bins: int = 64
-    max_events: int = 2_000_000
-    #: Extrapolate runs of identical collective steps that run in lockstep (exact; off only to test that).
-    lockstep: bool = True
-
-
-@dataclass
-class GroupResult:
-    name: str
-    start_s: float
-    end_s: float | None
-    collective: tuple[str, int, int] | None  # (kind, ranks, per-rank bytes) when scored like nccl-tests
-    bus_factor: float | None = None
-    skipped_steps: int = 0
-
-
-@dataclass
-class SimResult:
-    policy: str
-    end_s: float
-    groups: list[GroupResult]
-    #: Sized flows: completion time, bytes per member, members (a class counts `mult` flows).
-    fct_s: F64
-    size_bytes: F64
-    mult: F64
-    #: Timed flows: bytes delivered per member, their duration, members.
-    timed_bytes: F64
-    timed_s: F64
-    timed_mult: F64
-    fabric_links: I64
-    link_bytes: F64  # per fabric link
-    heat: F64  # bins x fabric links, bytes
-    bin_s: float
-    stats: dict[str, float]
-    unfinished: int
-
-
-class _Pool:
-    """Active flows as columns; routes as slices of an append-only store."""
-
-    COLS = (
-        "mult", "size", "remaining", "sent", "cap", "start", "end", "rate", "src", "dst", "sport", "owner",
-        "step", "pos", "off", "len", "agg",
-    )  # fmt: skip
-
-    def __init__(self) -> None:
-        self.mult = np.zeros(0)
-        self.size = np.zeros(0)
-        self.remaining = np.zeros(0)
-        self.sent = np.zeros(0)
-        self.cap = np.zeros(0)
-        self.start = np.zeros(0)
-        self.end = np.zeros(0)
-        self.rate = np.zeros(0)
-        self.src = np.zeros(0, np.int32)
-        self.dst = np.zeros(0, np.int32)
-        self.sport = np.zeros(0, np.int32)
-        self.owner = np.zeros(0, np.int32)  # >= 0 batch index, < 0: -1 - collective index
-        self.step = np.zeros(0, np.int64)
-        self.pos = np.zeros(0, np.int64)
-        self.off = np.zeros(0, np.int64)
-        self.len = np.zeros(0, np.int64)
-        self.agg = np.zeros(0, bool)
-        self.store_links = np.zeros(1 << 16, np.int32)
-        self.store_weight = np.zeros(1 << 16)
-        self.used = 0
-
-    @property
-    def n(self) -> int:
-        return int(self.mult.size)
-
-    def put_routes(self, indptr: I64, links: I32, weight: F64) -> tuple[I64, I64]:
-        need = self.used + links.size
-        live = int(self.len.sum())
-        if need > self.store_links.size:
-            if live * 2 < self.used:  # mostly garbage: compact instead of growing
-                idx = ranges(self.off, self.len)
-                kept_l, kept_w = self.store_links[idx], self.store_weight[idx]
-                self.off = (
-                    np.concatenate([[0], np.cumsum(self.len)[:-1]]).astype(np.int64) if self.n else self.off
-                )
-                self.used = kept_l.size
-                self.store_links[: self.used], self.store_weight[: self.used] = kept_l, kept_w
-                need = self.used + links.size
-            size = self.store_links.size
-            while size < need:
-                size *= 2
-            if size > self.store_links.size:
-                self.store_links = np.resize(self.store_links, size)
-                self.store_weight = np.resize(self.store_weight, size)
-        self.store_links[self.used : need] = links
-        self.store_weight[self.used : need] = weight
-        off = self.used + indptr[:-1]
-        self.used = need
-        return off.astype(np.int64), np.diff(indptr).astype(np.int64)
-
-    def add(self, **cols: np.ndarray) -> None:
-        cols.setdefault("size", cols["remaining"])
-        cols.setdefault("sent", np.zeros(cols["mult"].size))
-        for name in self.COLS:
-            setattr(
-                self,
-                name,
-                np.concatenate([getattr(self, name), cols[name].astype(getattr(self, name).dtype)]),
-            )
-
-    def keep(self, mask: np.ndarray) -> None:
-        for name in self.COLS:
-            setattr(self, name, getattr(self, name)[mask])
 
 
 class Simulator:
@@ -180,7 +57,7 @@ class Simulator:
         self._routings: dict[tuple[frozenset[int], frozenset[str]], Routing] = {}
         self.routing = self._routing()
         self.allowed = self.routing.tables.alt.copy()
-        self.pool = _Pool()
+        self.pool = Pool()
         self.now = 0.0
         self.link_bytes = np.zeros(self.cap.size)
         self.heat = np.zeros((config.heat_bins, self.fabric_ids.size))
@@ -302,12 +179,22 @@ class Simulator:
         off, length = self.pool.put_routes(indptr, links, weight)
         timed = ~np.isfinite(b.size_bytes[idx])
         self.pool.add(
-            mult=np.ones(idx.size), remaining=b.size_bytes[idx], cap=b.rate_cap_gbps[idx],
-            start=np.full(idx.size, self.now), end=np.where(timed, self.now + b.duration_s[idx], np.inf),
-            rate=np.zeros(idx.size), src=src, dst=dst, sport=b.sport[idx], owner=np.full(idx.size, bi),
+            mult=np.ones(idx.size),
+            remaining=b.size_bytes[idx],
+            cap=b.rate_cap_gbps[idx],
+            start=np.full(idx.size, self.now),
+            end=np.where(timed, self.now + b.duration_s[idx], np.inf),
+            rate=np.zeros(idx.size),
+            src=src,
+            dst=dst,
+            sport=b.sport[idx],
+            owner=np.full(idx.size, bi),
             step=np.zeros(idx.size),
-            pos=idx, off=off, len=length, agg=np.zeros(idx.size, bool),
-        )  # fmt: skip
+            pos=idx,
+            off=off,
+            len=length,
+            agg=np.zeros(idx.size, bool),
+        )
         self.stats["members"] += idx.size
         self.started_members += idx.size
         self.dirty = True
@@ -348,11 +235,22 @@ class Simulator:
         off, length = self.pool.put_routes(indptr, links, weight)
         n = rep.size
         self.pool.add(
-            mult=mult, remaining=b.size_bytes[rep], cap=uniq[:, 2].copy().view(np.float64),
-            start=np.full(n, self.now), end=np.full(n, np.inf), rate=np.zeros(n), src=src, dst=dst,
-            sport=b.sport[rep], owner=np.full(n, bi), step=np.zeros(n), pos=np.full(n, -1), off=off,
-            len=length, agg=np.ones(n, bool),
-        )  # fmt: skip
+            mult=mult,
+            remaining=b.size_bytes[rep],
+            cap=uniq[:, 2].copy().view(np.float64),
+            start=np.full(n, self.now),
+            end=np.full(n, np.inf),
+            rate=np.zeros(n),
+            src=src,
+            dst=dst,
+            sport=b.sport[rep],
+            owner=np.full(n, bi),
+            step=np.zeros(n),
+            pos=np.full(n, -1),
+            off=off,
+            len=length,
+            agg=np.ones(n, bool),
+        )
         self.stats["classes"] += n
         self.stats["members"] += idx.size
         self.started_members += idx.size
@@ -373,11 +271,22 @@ class Simulator:
                 off, length = self.pool.put_routes(indptr, links, weight)
                 m = positions.size
                 self.pool.add(
-                    mult=np.ones(m), remaining=st.size[positions], cap=np.full(m, np.inf),
-                    start=np.full(m, self.now), end=np.full(m, np.inf), rate=np.zeros(m), src=src, dst=dst,
-                    sport=sport, owner=np.full(m, -1 - ci), step=np.full(m, st.index), pos=positions, off=off,
-                    len=length, agg=np.zeros(m, bool),
-                )  # fmt: skip
+                    mult=np.ones(m),
+                    remaining=st.size[positions],
+                    cap=np.full(m, np.inf),
+                    start=np.full(m, self.now),
+                    end=np.full(m, np.inf),
+                    rate=np.zeros(m),
+                    src=src,
+                    dst=dst,
+                    sport=sport,
+                    owner=np.full(m, -1 - ci),
+                    step=np.full(m, st.index),
+                    pos=positions,
+                    off=off,
+                    len=length,
+                    agg=np.zeros(m, bool),
+                )
                 st.started[positions] = True
                 st.fct[positions] = self.now
                 self.started_members += m
@@ -665,3 +574,6 @@ class Simulator:
             stats=self.stats,
             unfinished=int(self.pool.mult.sum()) + sum(len(a[3]) for a in self.arrivals),
         )
+
+
+__all__ = ["BATCH_TOL", "BYTES_PER_GBIT", "Progress", "SimConfig", "SimResult", "Simulator"]

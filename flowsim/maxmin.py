@@ -139,7 +139,7 @@ def max_min(cap: F64, indptr: I64, links: I32, weight: F64, mult: F64, rate_cap:
         if ids.size == 0 and chosen.size == 0:  # pragma: no cover - defensive: no progress possible
             break
     rate = np.minimum(rate, rate_cap)
-    load = np.bincount(links, weights=coef * rate[flow_of], minlength=n_links)
+    load = np.bincount(links, weights=coef * rate[flow_of], minlength=n_links).astype(np.float64)
     return Allocation(rate, load, rounds)
 
 

@@ -71,8 +71,15 @@ def summarise(result: SimResult, ideal: SimResult, network: Network) -> dict[str
             seconds = g.end_s - g.start_s
             algbw = size / seconds / 1e9
             factor = g.bus_factor if g.bus_factor is not None else 1.0
-            row.update(kind=kind, ranks=n, size_bytes=size, seconds=seconds, algbw_gbps=algbw,
-                       busbw_gbps=algbw * factor, skipped_steps=g.skipped_steps)  # fmt: skip
+            row.update(
+                kind=kind,
+                ranks=n,
+                size_bytes=size,
+                seconds=seconds,
+                algbw_gbps=algbw,
+                busbw_gbps=algbw * factor,
+                skipped_steps=g.skipped_steps,
+            )
             if g is first:
                 busbw = algbw * factor
         groups.append(row)
@@ -203,7 +210,8 @@ def comparison_markdown(result: Mapping[str, Any]) -> str:
         f"({'same' if result['same_order'] else 'DIFFERENT'} ordering, ties within {tol:.0%}).  "
         f"Throughput ratios {'all' if result['ratios_within_tolerance'] else 'NOT all'} within {tol:.0%}.",
         "",
-        "| policy | ratio sim | ratio emu | diff | completion sim s | completion emu s | busbw sim | busbw emu |",
+        "| policy | ratio sim | ratio emu | diff | completion sim s | completion emu s "
+        "| busbw sim | busbw emu |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in result["rows"]:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from flowsim.metrics import FIELDS, comparison_markdown, compare, fct_cdf, hottest_links
+from flowsim.metrics import FIELDS, compare, comparison_markdown, fct_cdf, hottest_links
 from flowsim.run import Outcome
 
 
@@ -120,8 +120,15 @@ def _plots(outcome: Outcome, out: Path) -> list[str]:
     for ax, name in zip(axes[:, 0], names, strict=True):
         links, matrix, bin_s = hottest_links(outcome.runs[name].result, outcome.network, count=16)
         if matrix.size:
-            image = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0.0, vmax=1.0,
-                              extent=(0, matrix.shape[1] * bin_s, len(links) - 0.5, -0.5))  # fmt: skip
+            image = ax.imshow(
+                matrix,
+                aspect="auto",
+                interpolation="nearest",
+                cmap="viridis",
+                vmin=0.0,
+                vmax=1.0,
+                extent=(0, matrix.shape[1] * bin_s, len(links) - 0.5, -0.5),
+            )
             ax.set_yticks(range(len(links)), links, fontsize=5)
             fig.colorbar(image, ax=ax, fraction=0.03)
         ax.set_title(f"{name}: hottest links, utilisation over time", fontsize=9)
@@ -146,14 +153,18 @@ def _markdown(summary: Mapping[str, Any], plots: list[str]) -> str:
     lines += ["", "Per policy: groups (collectives: algbw/busbw as nccl-tests), solver work.", ""]
     for name, row in summary["policies"].items():
         details = row["details"]
-        lines.append(f"* **{name}**: ideal completion {fmt(details['ideal_completion_s'])} s; "
-                     f"engine {details['engine']}; unfinished flows {details['unfinished_flows']}")  # fmt: skip
+        lines.append(
+            f"* **{name}**: ideal completion {fmt(details['ideal_completion_s'])} s; "
+            f"engine {details['engine']}; unfinished flows {details['unfinished_flows']}"
+        )
         for g in details["groups"]:
             extra = ""
             if "busbw_gbps" in g:
-                extra = (f" — {g['kind']} over {g['ranks']} ranks, {g['size_bytes']} B: {fmt(g['seconds'])} s, "
-                         f"algbw {fmt(g['algbw_gbps'])} GB/s, busbw {fmt(g['busbw_gbps'])} GB/s"
-                         + (f" ({g['skipped_steps']} lockstep steps extrapolated)" if g["skipped_steps"] else ""))  # fmt: skip
+                extra = (
+                    f" — {g['kind']} over {g['ranks']} ranks, {g['size_bytes']} B: {fmt(g['seconds'])} s, "
+                    f"algbw {fmt(g['algbw_gbps'])} GB/s, busbw {fmt(g['busbw_gbps'])} GB/s"
+                    + (f" ({g['skipped_steps']} lockstep steps extrapolated)" if g["skipped_steps"] else "")
+                )
             lines.append(f"  * {g['name']}: {fmt(g['start_s'])} → {fmt(g['end_s'])} s{extra}")
     if "emulation_comparison" in summary:
         lines += ["", comparison_markdown(summary["emulation_comparison"])]

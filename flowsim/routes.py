@@ -228,7 +228,7 @@ def _spray_pairs(
         out_w.append(w)
         # merge fractions arriving at the same switch for the same pair
         merged, inv = np.unique(pair * n_sw + np.where(bad, 0, nxt), return_inverse=True)
-        frontier_w = np.bincount(inv, weights=w)
+        frontier_w = np.bincount(inv, weights=w).astype(np.float64)
         frontier_pair = merged // n_sw
         frontier_sw = (merged % n_sw).astype(np.int32)
     else:
@@ -238,12 +238,12 @@ def _spray_pairs(
     w_all = np.concatenate(out_w) if out_w else np.zeros(0)
     # one entry per (pair, link): fractions of the same link summed
     merged, inv = np.unique(pair_all * (1 << 32) + np.maximum(link_all, 0), return_inverse=True)
-    w_sum = np.bincount(inv, weights=w_all) if merged.size else np.zeros(0)
+    w_sum = np.bincount(inv, weights=w_all).astype(np.float64) if merged.size else np.zeros(0)
     pair_of = merged >> 32
     links = (merged & 0xFFFFFFFF).astype(np.int32)
     indptr = np.zeros(n_pairs + 1, dtype=np.int64)
     np.cumsum(np.bincount(pair_of, minlength=n_pairs), out=indptr[1:])
-    return (indptr, links), w_sum, ok
+    return (indptr, links), w_sum, ok.astype(bool)
 
 
 __all__ = ["Routes", "five_tuple_hash", "mix64", "spray", "walk"]

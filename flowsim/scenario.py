@@ -58,9 +58,13 @@ def workload_of(scenario: Scenario, network: Network) -> Workload:
         if isinstance(item, RoceCollective):
             ranks = network.hosts(collective_ranks(item, hosts), "ranks")
             made = collective(
-                f"{name} {item.collective}", item.collective, ranks, parse_size(item.size), network,
+                f"{name} {item.collective}",
+                item.collective,
+                ranks,
+                parse_size(item.size),
+                network,
                 one_phase=item.schedule == "one-phase",
-            )  # fmt: skip
+            )
             (batches if isinstance(made, FlowBatch) else collectives).append(made)  # type: ignore[arg-type]
         elif isinstance(item, KvTransfer):
             batches.append(_kv_batch(name, item, network, spec.seed))
@@ -97,9 +101,16 @@ def _chained(name: str, network: Network, rows: list[tuple[float, str, str, int,
 def _kv_batch(name: str, item: KvTransfer, network: Network, seed: int) -> FlowBatch:
     prefill = item.prefill if isinstance(item.prefill, list) else [h.strip() for h in item.prefill.split(",")]
     messages = kv_transfer(
-        model_shape(item.model), item.prompt_tokens, prefill, item.decode, item.page_tokens,
-        item.requests, item.arrival_rate_per_s, item.layer_time_us, seed,
-    )  # fmt: skip
+        model_shape(item.model),
+        item.prompt_tokens,
+        prefill,
+        item.decode,
+        item.page_tokens,
+        item.requests,
+        item.arrival_rate_per_s,
+        item.layer_time_us,
+        seed,
+    )
     merged: dict[tuple[float, str, str], int] = {}
     for m in messages:
         key = (m.time_us, m.src, m.dst)

@@ -113,7 +113,7 @@ class CollectiveState:
             st = self.window[s]
             can = ~st.started & (self.done[st.src] >= s) & (self.done[st.dst] >= s)
             if can.any():
-                out.append((st, np.flatnonzero(can)))
+                out.append((st, np.flatnonzero(can).astype(np.int32)))
         return out
 
     def completed(self, step: int, positions: I32, now: float) -> None:

@@ -128,17 +128,21 @@ def load_sweep(path: str | Path, max_points: int | None = None) -> Sweep:
     points = len(spec.policies) * len(spec.workloads) * len(spec.fabrics) * len(spec.seeds)
     if points > cap:
         raise SweepError(
-            f"the grid has {points} points ({len(spec.policies)} policies x {len(spec.workloads)} workloads x "
-            f"{len(spec.fabrics)} fabrics x {len(spec.seeds)} seeds), more than the cap of {cap}",
-            file=file, line=document.line_of(["max_points"]), field="max_points",
-        )  # fmt: skip
+            f"the grid has {points} points ({len(spec.policies)} policies x {len(spec.workloads)} "
+            f"workloads x {len(spec.fabrics)} fabrics x {len(spec.seeds)} seeds), more than the cap of {cap}",
+            file=file,
+            line=document.line_of(["max_points"]),
+            field="max_points",
+        )
     try:
         default_policies().parse_list(",".join(spec.policies))
         PolicyParams(
             spec.controller.interval_ms, spec.controller.threshold, spec.controller.hysteresis
         ).validate()
     except PolicyError as exc:
-        section = ["controller", exc.field] if exc.field != "policies" else ["policies"]
+        section: list[PathItem] = (
+            ["policies"] if exc.field == "policies" else ["controller", exc.field or "policy"]
+        )
         raise where(section, exc.message) from None
     if spec.engine not in default_registry():
         raise where(
@@ -233,7 +237,7 @@ def connect_dask(address: str, timeout_s: float = 10.0) -> Any:
     except ImportError:  # pragma: no cover - dask[distributed] is a dependency
         raise SweepError("--dask needs dask[distributed] installed", field="dask") from None
     try:
-        return Client(address, timeout=f"{timeout_s}s")
+        return Client(address, timeout=f"{timeout_s}s")  # type: ignore[no-untyped-call]
     except (OSError, TimeoutError, ValueError) as exc:
         raise SweepError(
             f"no Dask scheduler answers at {address} ({type(exc).__name__}: {exc})", field="dask"
@@ -250,7 +254,7 @@ def run_dask(
     try:
         futures = client.map(run_task, list(sweep.tasks), pure=False)
         rows: list[dict[str, Any]] = []
-        for done, future in enumerate(dask_completed(futures), 1):
+        for done, future in enumerate(dask_completed(futures), 1):  # type: ignore[no-untyped-call]
             rows += future.result()
             if progress is not None:
                 progress(done, len(futures), "dask")
@@ -282,7 +286,7 @@ def write_sweep(sweep: Sweep, rows: Sequence[dict[str, Any]], out_dir: Path, exe
                 {"sweep": sweep.spec.name, "points": sweep.points, "executor": executor, "rows": list(rows)},
                 indent=2,
             )
-            + "\n"  # fmt: skip
+            + "\n"
         )
         (tmp / "results.csv").write_text(table_csv(rows))
         plots = _plots(rows, tmp)
@@ -319,9 +323,18 @@ def _plots(rows: Sequence[dict[str, Any]], out: Path) -> list[str]:
 
 def _markdown(sweep: Sweep, rows: Sequence[dict[str, Any]], plots: list[str], executor: str) -> str:
     head = ["fabric", "hosts", "workload", "seed", "policy", *FIELDS]
-    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
-    lines = [f"# Sweep `{sweep.spec.name}`", "", f"{sweep.points} points on {executor}.", "",
-             "| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]  # fmt: skip
+
+    def fmt(value: Any) -> str:
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    lines = [
+        f"# Sweep `{sweep.spec.name}`",
+        "",
+        f"{sweep.points} points on {executor}.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "| " + " | ".join("---" for _ in head) + " |",
+    ]
     lines += ["| " + " | ".join(fmt(r[h]) for h in head) + " |" for r in rows]
     lines += [""] + [f"![{p}]({p})\n" for p in plots]
     return "\n".join(lines) + "\n"

@@ -12,12 +12,12 @@ import pytest
 from controller.sm.engines import default_registry
 from controller.sm.subnet import Subnet
 from flowsim.engine import SimConfig, Simulator
-from flowsim.maxmin import max_min
+from flowsim.maxmin import Allocation, max_min
 from flowsim.network import Network, route_fabric
 from flowsim.routes import five_tuple_hash, spray, walk
 from flowsim.workload import Workload, pairwise_alltoall, ring
 from topologies.generators import fat_tree, leaf_spine, rail
-from traffic.patterns import alltoall, allgather_ring, reduce_scatter_ring, ring_allreduce
+from traffic.patterns import allgather_ring, alltoall, reduce_scatter_ring, ring_allreduce
 
 
 def naive_max_min(
@@ -31,9 +31,11 @@ def naive_max_min(
         for f in active:
             for link, w in paths[f].items():
                 use[link] = use.get(link, 0.0) + mult[f] * w
-        left = {link: cap[link] - sum(rate[f] * mult[f] * paths[f].get(link, 0.0) for f in range(len(paths)))
-                for link in use}  # fmt: skip
-        step = min(min(left[link] / u for link, u in use.items()), min(caps[f] - rate[f] for f in active))
+        left = {
+            link: cap[link] - sum(rate[f] * mult[f] * paths[f].get(link, 0.0) for f in range(len(paths)))
+            for link in use
+        }
+        step = min(*(left[link] / u for link, u in use.items()), *(caps[f] - rate[f] for f in active))
         for f in active:
             rate[f] += step
         done = {f for f in active if math.isfinite(caps[f]) and caps[f] - rate[f] <= 1e-9 * caps[f]}
@@ -44,7 +46,10 @@ def naive_max_min(
     return rate
 
 
-def random_instance(rng: np.random.Generator, n_flows: int, n_links: int) -> tuple:
+Instance = tuple[np.ndarray, list[dict[int, float]], np.ndarray, np.ndarray]
+
+
+def random_instance(rng: np.random.Generator, n_flows: int, n_links: int) -> Instance:
     cap = rng.choice([100.0, 200.0, 400.0], n_links)
     paths = []
     for _ in range(n_flows):
@@ -56,7 +61,7 @@ def random_instance(rng: np.random.Generator, n_flows: int, n_links: int) -> tup
     return cap, paths, mult, caps
 
 
-def solve(cap, paths, mult, caps):  # type: ignore[no-untyped-def]
+def solve(cap: np.ndarray, paths: list[dict[int, float]], mult: np.ndarray, caps: np.ndarray) -> Allocation:
     indptr = np.zeros(len(paths) + 1, dtype=np.int64)
     indptr[1:] = np.cumsum([len(p) for p in paths])
     links = np.array([link for p in paths for link in p], dtype=np.int32)
@@ -71,7 +76,7 @@ def test_solver_equals_textbook_water_filling(seed: int) -> None:
         rng, n_flows=int(rng.integers(5, 60)), n_links=int(rng.integers(5, 25))
     )
     got = solve(cap, paths, mult, caps).rate
-    want = naive_max_min(list(cap), paths, list(mult), list(caps))
+    want = naive_max_min(cap.tolist(), paths, mult.tolist(), caps.tolist())
     assert np.allclose(got, want, rtol=1e-7, atol=1e-9)
 
 
@@ -87,13 +92,17 @@ def test_solver_meets_the_definition_of_max_min(seed: int) -> None:
     for f, path in enumerate(paths):
         if rate[f] >= caps[f] * (1 - 1e-9):
             continue
-        ok = [link for link in path if saturated[link]
-              and all(rate[g] <= rate[f] * (1 + 1e-7) for g, q in enumerate(paths) if link in q)]  # fmt: skip
+        ok = [
+            link
+            for link in path
+            if saturated[link]
+            and all(rate[g] <= rate[f] * (1 + 1e-7) for g, q in enumerate(paths) if link in q)
+        ]
         assert ok, f"flow {f} at {rate[f]} has no bottleneck"
 
 
 def test_static_routes_are_the_controllers_paths() -> None:
-    """Every host pair of a k=4 fat-tree: the simulator's static route is `RoutingTables.path`, link by link."""
+    """Host pairs of a k=4 fat-tree: the simulator's static route is `RoutingTables.path`, link by link."""
     net = Network.build(fat_tree(4))
     routing = route_fabric(net, "ftree")
     tables = default_registry().create("ftree").route(Subnet.build(net.fabric))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,7 +36,9 @@ def leaf_spine_1024() -> Network:
     return Network.build(load_topology(ROOT / "topologies" / "leaf-spine-32x32.yaml"))
 
 
-def ratios(network: Network, workload: Workload, policies: list[str], seed: int = 1) -> dict[str, dict]:
+def ratios(
+    network: Network, workload: Workload, policies: list[str], seed: int = 1
+) -> dict[str, dict[str, Any]]:
     outcome = simulate(network, workload, policies, SimConfig(seed=seed, params=PolicyParams(interval_ms=10)))
     return {name: run.summary for name, run in outcome.runs.items()}
 
@@ -53,7 +56,9 @@ def test_permutation_leaving_every_leaf_on_1024_hosts(leaf_spine_1024: Network) 
     assert 0.45 <= got["ecmp"]["throughput_ratio"] <= 0.56  # both tiers collide (see module docstring)
     # the slowest ECMP flow sets the step time
     ecmp = got["ecmp"]
-    assert ecmp["completion_s"] == pytest.approx(ecmp["fct_p99_s"]) or ecmp["completion_s"] >= ecmp["fct_p99_s"]
+    assert (
+        ecmp["completion_s"] == pytest.approx(ecmp["fct_p99_s"]) or ecmp["completion_s"] >= ecmp["fct_p99_s"]
+    )
     assert ecmp["completion_s"] >= 2 * got["spray"]["completion_s"]
 
 
@@ -65,7 +70,9 @@ def test_ecmp_uplink_occupancy_is_balls_into_bins(leaf_spine_1024: Network) -> N
     for seed in range(10):
         src = np.arange(net.n_hosts, dtype=np.int32)
         dst = offleaf_derangement(net.leaf_of, seed).astype(np.int32)
-        routes = walk(routing, src, dst, five_tuple_hash(routing, src, dst, np.zeros(src.size, np.int32), seed))
+        routes = walk(
+            routing, src, dst, five_tuple_hash(routing, src, dst, np.zeros(src.size, np.int32), seed)
+        )
         used.append(np.unique(routes.links[routes.indptr[:-1]]).size / 1024)
     assert 0.60 <= float(np.mean(used)) <= 0.67
     assert float(np.mean(used)) == pytest.approx(BALLS_INTO_BINS, abs=0.01)
@@ -115,12 +122,14 @@ def test_adaptive_allowed_ports_follow_threshold_and_hysteresis() -> None:
     assert np.array_equal(next_allowed(routing, allowed, nothing_cool, 0.7, 0.1), allowed)  # nowhere better
 
 
-
 def test_adaptive_beats_spray_when_one_uplink_is_slow() -> None:
     """leaf1's uplink to spine1 runs at 100G, the other at 400G.  Spraying halves h1's flow over both, so
     it gets 2 x 100G; adaptive measures leaf1->spine1 hot after one interval and stops using it."""
     fabric = leaf_spine(2, 2, 1)
-    slow = [replace(link, bw_gbps=100.0) if (link.a.node, link.a.port) == ("leaf1", 2) else link for link in fabric.links]
+    slow = [
+        replace(link, bw_gbps=100.0) if (link.a.node, link.a.port) == ("leaf1", 2) else link
+        for link in fabric.links
+    ]
     net = Network.build(replace(fabric, links=tuple(slow)))
     hosts = net.hosts(["h1", "h2"])
     work = Workload(batches=(sized_batch("fg", hosts[:1], hosts[1:], 10 * 10**9),))  # 0.2 s at 400G
@@ -150,8 +159,15 @@ def test_summary_schema_and_busbw() -> None:
     net = Network.build(fat_tree(4))
     outcome = simulate(net, adhoc("allreduce", net, 2**24, seed=0), ["static"], SimConfig())
     row = outcome.summary()["policies"]["static"]
-    assert set(row) >= {"completion_s", "busbw_gbps", "throughput_ratio", "fct_p50_s", "fct_p99_s",
-                        "max_link_util", "mean_link_util"}  # fmt: skip
+    assert set(row) >= {
+        "completion_s",
+        "busbw_gbps",
+        "throughput_ratio",
+        "fct_p50_s",
+        "fct_p99_s",
+        "max_link_util",
+        "mean_link_util",
+    }
     n = 16
     algbw = 2**24 / row["completion_s"] / 1e9
     assert row["busbw_gbps"] == pytest.approx(algbw * 2 * (n - 1) / n)

@@ -50,16 +50,22 @@ def register(commands: Any) -> None:
     sim.add_argument("--size", default="64MiB", help="ad hoc: bytes per flow / per rank (default 64MiB)")
     sim.add_argument("--hosts", help="ad hoc: hosts taking part, e.g. h1..h256 (default: all)")
     sim.add_argument("--seed", type=int, help="seed (ECMP hash, permutations); default: the scenario's or 0")
-    sim.add_argument("--policies", help=f"comma-separated, from {ALL_POLICIES} (default: the scenario's "
-                     "policy; ad hoc: all)")  # fmt: skip
+    sim.add_argument(
+        "--policies",
+        help=f"comma-separated, from {ALL_POLICIES} (default: the scenario's policy; ad hoc: all)",
+    )
     sim.add_argument("--engine", help="routing engine (default: the scenario's or ftree)")
     sim.add_argument("--interval-ms", type=int, help="adaptive: measurement interval")
     sim.add_argument("--threshold", type=float, help="adaptive: utilisation above which a port is avoided")
     sim.add_argument(
         "--hysteresis", type=float, help="adaptive: band below the threshold where nothing moves"
     )
-    sim.add_argument("--aggregate", choices=("auto", "always", "never"), default="auto",
-                     help="flow classes by (src leaf, dst leaf, route) for big one-phase batches")  # fmt: skip
+    sim.add_argument(
+        "--aggregate",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="flow classes by (src leaf, dst leaf, route) for big one-phase batches",
+    )
     sim.add_argument(
         "--compare", type=Path, help="an emulator summary.json ({'policies': ...}) to compare with"
     )
@@ -164,7 +170,8 @@ def run_sweep(args: argparse.Namespace) -> int:
             executor = "local processes"
     write_sweep(sweep, rows, args.output, executor)
     print(
-        f"{sweep.points} points ({len(sweep.tasks)} units) on {executor} in {time.perf_counter() - started:.1f} s"
+        f"{sweep.points} points ({len(sweep.tasks)} units) on {executor} "
+        f"in {time.perf_counter() - started:.1f} s"
     )
     print(f"results: {args.output}/results.json, {args.output}/results.csv, {args.output}/report.md")
     return 0
@@ -177,8 +184,13 @@ def _progress(label: str) -> Iterator[Callable[[float, str], None]]:
     if stream.isatty():
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                       TimeElapsedColumn(), transient=True)  # fmt: skip
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>5.1f}%"),
+            TimeElapsedColumn(),
+            transient=True,
+        )
         with bar:
             task = bar.add_task(label, total=1.0)
 
