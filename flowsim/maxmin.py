@@ -27,7 +27,8 @@ from flowsim.network import F64, I32, I64
 
 #: Relative tolerance under which a link counts as saturated / two levels as equal.
 REL_TOL = 1e-9
-#: Lowest-level links examined per round for a batch of independent bottlenecks.
+#: Lowest-level links examined per round for a batch of independent bottlenecks (1: the textbook algorithm,
+#: one bottleneck level per round — the benchmark's baseline).
 BATCH_LINKS = 512
 
 
@@ -71,7 +72,7 @@ def max_min(cap: F64, indptr: I64, links: I32, weight: F64, mult: F64, rate_cap:
     rounds = 0
     left = int(n_flows - frozen.sum())
     share = np.empty(n_links)
-    batch = 8
+    batch = min(8, BATCH_LINKS)
     while left > 0:
         rounds += 1
         live = rising > 1e-12
@@ -83,7 +84,7 @@ def max_min(cap: F64, indptr: I64, links: I32, weight: F64, mult: F64, rate_cap:
         chosen, levels, whole = _independent_bottlenecks(
             share, level, cap_level, by_link, link_ptr, flow_of, frozen, batch
         )
-        batch = min(BATCH_LINKS, batch * 2) if whole else max(8, chosen.size * 2)
+        batch = min(BATCH_LINKS, batch * 2 if whole else max(8, chosen.size * 2))
         top = float(levels[-1]) if chosen.size else cap_level
         if not np.isfinite(top):
             break  # nothing limits the rest (cannot happen for flows with links)
@@ -157,7 +158,7 @@ def _independent_bottlenecks(
     no flow crosses twice, links tied with the lowest level all included; none above the next cap.
     Looks at `batch` links beyond the tied ones; says whether all of them could be taken."""
     n = share.size
-    k = min(batch, n)
+    k = max(1, min(batch, n))
     cand = np.argpartition(share, k - 1)[:k] if k < n else np.arange(n)
     cand = cand[np.isfinite(share[cand])]
     none = np.zeros(0, np.int64), np.zeros(0), False

@@ -337,3 +337,17 @@ def test_sweep_rows_identical_on_processes_localcluster_and_a_real_dask_cluster(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def test_flowsim_benchmark_script_reports_json() -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/flowsim.py", "--quick", "--parts", "solve,scaling", "--runs", "3"],
+        cwd=ROOT, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    solve = report["solve"]
+    assert solve["flows"] == 64 * 63 and solve["solve"]["n"] >= 3 and solve["flows_per_s"] > 0
+    assert solve["rounds"] <= solve["baseline_one_level_per_round"]["rounds"]
+    assert [row["k"] for row in report["scaling"]["fabrics"]] == [4, 8]
+    assert len(report["load_start"]) == 3
