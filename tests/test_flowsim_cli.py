@@ -48,6 +48,7 @@ def fabriclab(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.slow
 def test_sim_scenario_writes_summary_report_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "sim"
     done = fabriclab(
@@ -65,6 +66,7 @@ def test_sim_scenario_writes_summary_report_and_plots(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".sim.*"))  # no temporary folder left
 
 
+@pytest.mark.slow
 def test_sim_ad_hoc_on_the_shipped_leaf_spine(tmp_path: Path) -> None:
     out = tmp_path / "perm"
     done = fabriclab(
@@ -168,6 +170,7 @@ def test_emulator_refuses_what_it_cannot_run_before_building_anything(tmp_path: 
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_the_moe_scenario_checks_quickly() -> None:
     started = time.perf_counter()
     scenario = load_scenario(ROOT / "scenarios" / "moe-alltoall-4096gpu.yaml")
@@ -257,6 +260,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_sweep_local_processes_write_table_and_plots(tmp_path: Path) -> None:
     path = tmp_path / "sweep.yaml"
     path.write_text(SWEEP)
@@ -339,6 +343,7 @@ def test_sweep_rows_identical_on_processes_localcluster_and_a_real_dask_cluster(
                 proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_flowsim_benchmark_script_reports_json() -> None:
     done = subprocess.run(
         [sys.executable, "benchmarks/flowsim.py", "--quick", "--parts", "solve,scaling", "--runs", "3"],
