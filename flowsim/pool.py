@@ -26,7 +26,7 @@ class SimConfig:
     seed: int = 0
     #: "auto": aggregate one-phase batches larger than `aggregate_above` members; "always"; "never".
     aggregate: str = "auto"
-    aggregate_above: int = 200_000
+    aggregate_above: int = 50_000
     #: The reference run: a non-blocking fabric (only the hosts' own links constrain).
     ideal: bool = False
     heat_bins: int = 64
