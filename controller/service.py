@@ -243,13 +243,18 @@ class FabricService:
 
     # --- operator requests -------------------------------------------------------------------------------
 
+    def waiting_requests(self) -> int:
+        """Operator requests queued and not yet started by the worker."""
+        with self._requests_lock:
+            return sum(1 for r in self._requests.values() if not r.started)
+
     def set_routing(
         self, engine: str | None, options: ForwardingOptions | None, timeout_s: float = 60.0
     ) -> dict[str, Any]:
         """Change engine/options and reprogram the switches.  Raises the core's error for bad input,
         `StateNotSaved` when the choice could not be persisted, `Busy` when the worker is backed up."""
         with self._requests_lock:
-            waiting = sum(1 for r in self._requests.values() if not r.started)
+            waiting = sum(1 for r in self._requests.values() if not r.started)  # (the lock is not reentrant)
             if waiting >= MAX_PENDING_REQUESTS:
                 raise Busy(f"{waiting} routing changes are already waiting; try again shortly")
             request = _Request(RoutingRequested(self._next_request, engine, options))
