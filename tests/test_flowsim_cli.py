@@ -38,7 +38,7 @@ TOPO = (ROOT / "topologies" / "fat-tree-k4.yaml").as_posix()
 def fabriclab(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", *args],
+        [sys.executable, "-m", "fabriclab", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

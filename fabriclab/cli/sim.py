@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from controller.cli.common import CliError, load_fabric
 from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyParams, default_policies
 from emulation.scenario import load_scenario
+from fabriclab.cli.common import CliError, load_fabric
 from flowsim.engine import SimConfig
 from flowsim.metrics import FIELDS
 from flowsim.network import Network

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.cli.common import CliError, load_fabric, write_text
 from controller.sm.engines import default_registry
 from controller.sm.opensm import format_lfts, format_subnet_lst
 from controller.sm.quality import quality
 from controller.sm.report import build_report, render_report
 from controller.sm.subnet import Subnet
 from controller.sm.verify import verify
+from fabriclab.cli.common import CliError, load_fabric, write_text
 from topologies.faults import degrade
 
 EXIT_VERIFY_FAILED = 1
