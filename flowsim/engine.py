@@ -211,8 +211,7 @@ class Simulator:
         self.cap[self.base_up : self.base_up + n_sw] = up
         self.cap[self.base_down : self.base_down + n_sw] = down
         by_pair = self.cfg.ideal or self.policy.per_packet  # spray-like routes depend on the leaf pair only
-        keys: list[np.ndarray] = []
-        members: list[I64] = []
+        keys: list[I64] = []
         for lo in range(0, idx.size, 1 << 20):
             chunk = idx[lo : lo + (1 << 20)]
             src, dst = b.src[chunk], b.dst[chunk]
@@ -222,14 +221,17 @@ class Simulator:
             else:
                 r = self._routes(src, dst, b.sport[chunk])
                 ok, key = r.ok, r.key
-            key = np.where(ok & (key >= 0), key, -2 - chunk)  # unroutable or too long: a class of its own
-            cap = np.minimum(b.rate_cap_gbps[chunk], np.minimum(nic[src], nic[dst]))
-            keys.append(np.stack([key, b.size_bytes[chunk].view(np.int64), cap.view(np.int64)], axis=1))
-            members.append(chunk)
-        allkeys = np.concatenate(keys)
-        uniq, first, inverse = np.unique(allkeys, axis=0, return_index=True, return_inverse=True)
-        mult = np.bincount(inverse.ravel(), minlength=uniq.shape[0]).astype(np.float64)
-        rep = np.concatenate(members)[first]
+            keys.append(np.where(ok & (key >= 0), key, -2 - chunk))  # unroutable or too long: on its own
+        # class = (route key, size, cap): factorise each column, then one 1-D unique of the combined code
+        cap_all = np.minimum(b.rate_cap_gbps[idx], np.minimum(nic[b.src[idx]], nic[b.dst[idx]]))
+        code = np.zeros(idx.size, dtype=np.int64)
+        for column in (np.concatenate(keys), b.size_bytes[idx], cap_all):
+            values, inverse_col = np.unique(column, return_inverse=True)
+            code = code * values.size + inverse_col.ravel()
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        mult = np.bincount(inverse.ravel(), minlength=first.size).astype(np.float64)
+        cap_of_class = cap_all[first]
+        rep = idx[first]
         src, dst = b.src[rep], b.dst[rep]
         _, indptr, links, weight = self._full_routes(src, dst, b.sport[rep], True)
         off, length = self.pool.put_routes(indptr, links, weight)
@@ -237,7 +239,7 @@ class Simulator:
         self.pool.add(
             mult=mult,
             remaining=b.size_bytes[rep],
-            cap=uniq[:, 2].copy().view(np.float64),
+            cap=cap_of_class,
             start=np.full(n, self.now),
             end=np.full(n, np.inf),
             rate=np.zeros(n),
