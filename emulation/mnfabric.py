@@ -19,7 +19,6 @@ import re
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 

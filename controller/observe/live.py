@@ -22,7 +22,7 @@ from typing import Any
 
 from controller.core.state import Record
 from controller.observe.model import COLLAPSE_ABOVE_NODES, Layout, link_utilisation, per_mille
-from controller.service import Published, PortStats
+from controller.service import PortStats, Published
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,12 @@ class LiveView:
         nodes = []
         for name in names:
             node, place = fabric.nodes[name], layout.placements[name]
-            entry: dict[str, Any] = {"name": name, "kind": node.kind.value, "level": place.level,
-                                     "x": round(place.x, 5)}  # fmt: skip
+            entry: dict[str, Any] = {
+                "name": name,
+                "kind": node.kind.value,
+                "level": place.level,
+                "x": round(place.x, 5),
+            }
             if place.group is not None:
                 entry["group"] = place.group
             nodes.append(entry)
@@ -104,16 +108,28 @@ class LiveView:
             "nodes": nodes,
             # [a node index, a port, b node index, b port, link tier index, Gb/s], in declared order = link id
             "links": [
-                [index[k.a.node], k.a.port, index[k.b.node], k.b.port, link_tiers.index(tiers.of_link(k)),
-                 k.bw_gbps]
+                [
+                    index[k.a.node],
+                    k.a.port,
+                    index[k.b.node],
+                    k.b.port,
+                    link_tiers.index(tiers.of_link(k)),
+                    k.bw_gbps,
+                ]
                 for k in fabric.links
-            ],  # fmt: skip
+            ],
             "groups": [
-                {"name": g.name, "label": g.label, "members": [index[m] for m in g.members],
-                 "x0": round(g.x0, 5), "x1": round(g.x1, 5), "level_min": g.level_min,
-                 "level_max": g.level_max}
+                {
+                    "name": g.name,
+                    "label": g.label,
+                    "members": [index[m] for m in g.members],
+                    "x0": round(g.x0, 5),
+                    "x1": round(g.x1, 5),
+                    "level_min": g.level_min,
+                    "level_max": g.level_max,
+                }
                 for g in layout.groups
-            ],  # fmt: skip
+            ],
             "collapsed": len(names) > COLLAPSE_ABOVE_NODES,
             "frame_interval_s": self.options.frame_interval_s,
             "capacity_factor": self.capacity_factor,

@@ -88,9 +88,10 @@ class RecordFollower:
             buckets=LATENCY_BUCKETS_S,
         )
         self.flow_mods = Counter(
-            "fabriclab_flow_mods_sent", "OpenFlow flow and group modifications sent in rollouts",
+            "fabriclab_flow_mods_sent",
+            "OpenFlow flow and group modifications sent in rollouts",
             registry=registry,
-        )  # fmt: skip
+        )
         self.switch_updates = Counter(
             "fabriclab_switch_updates", "Switches reprogrammed by rollouts", registry=registry
         )
@@ -120,8 +121,15 @@ class RecordFollower:
             return len(new)
 
     def collect(self) -> Iterator[Metric]:
-        for metric in (self.events, self.unobserved, self.reroute, self.failover, self.flow_mods,
-                       self.switch_updates, self.failed_switch_updates):  # fmt: skip
+        for metric in (
+            self.events,
+            self.unobserved,
+            self.reroute,
+            self.failover,
+            self.flow_mods,
+            self.switch_updates,
+            self.failed_switch_updates,
+        ):
             yield from metric.collect()
 
     def _account(self, record: Record) -> None:
@@ -194,33 +202,57 @@ class FabricCollector(Collector):
 
     def _routing(self, state: FabricState, pub: Published) -> Iterator[Metric]:
         current = state.current
-        yield _gauge("fabriclab_controller_start_time_seconds", "When the controller started (epoch)",
-                     pub.started_at)  # fmt: skip
-        yield _gauge("fabriclab_routing_generation", "Generation of the current forwarding tables",
-                     state.generation)  # fmt: skip
-        yield _gauge("fabriclab_routing_info", "The routing in force (value 1)", 1,
-                     _routing_labels(state.config))  # fmt: skip
-        yield _gauge("fabriclab_routing_verified", "1 if the current tables passed verification",
-                     float(bool(current and current.verification.ok)))  # fmt: skip
-        yield _gauge("fabriclab_routing_in_sync", "1 if every connected switch holds the current tables",
-                     float(state.in_sync))  # fmt: skip
-        yield _gauge("fabriclab_routing_lost_hosts", "Hosts the current tables cannot reach",
-                     len(current.lost_hosts) if current else 0)  # fmt: skip
-        yield _gauge("fabriclab_state_age_seconds", "Seconds since the controller's worker last published",
-                     max(0.0, time.time() - pub.published_at))  # fmt: skip
+        yield _gauge(
+            "fabriclab_controller_start_time_seconds", "When the controller started (epoch)", pub.started_at
+        )
+        yield _gauge(
+            "fabriclab_routing_generation", "Generation of the current forwarding tables", state.generation
+        )
+        yield _gauge(
+            "fabriclab_routing_info", "The routing in force (value 1)", 1, _routing_labels(state.config)
+        )
+        yield _gauge(
+            "fabriclab_routing_verified",
+            "1 if the current tables passed verification",
+            float(bool(current and current.verification.ok)),
+        )
+        yield _gauge(
+            "fabriclab_routing_in_sync",
+            "1 if every connected switch holds the current tables",
+            float(state.in_sync),
+        )
+        yield _gauge(
+            "fabriclab_routing_lost_hosts",
+            "Hosts the current tables cannot reach",
+            len(current.lost_hosts) if current else 0,
+        )
+        yield _gauge(
+            "fabriclab_state_age_seconds",
+            "Seconds since the controller's worker last published",
+            max(0.0, time.time() - pub.published_at),
+        )
 
     def _switches(self, pub: Published) -> Iterator[Metric]:
         state, tiers = pub.state, self.layout.tiers
         names = [s.name for s in pub.context.declared.switches]
         yield _gauge("fabriclab_switches_declared", "Switches in the declared fabric", len(names))
-        yield _gauge("fabriclab_switches_connected", "Declared switches connected over OpenFlow",
-                     len(state.connected))  # fmt: skip
-        yield _gauge("fabriclab_switches_in_sync", "Connected switches holding the current tables",
-                     len(state.connected & state.synced))  # fmt: skip
-        yield _gauge("fabriclab_switches_unknown", "Connected datapaths that are not in the declared fabric",
-                     len(state.unknown_switches))  # fmt: skip
+        yield _gauge(
+            "fabriclab_switches_connected", "Declared switches connected over OpenFlow", len(state.connected)
+        )
+        yield _gauge(
+            "fabriclab_switches_in_sync",
+            "Connected switches holding the current tables",
+            len(state.connected & state.synced),
+        )
+        yield _gauge(
+            "fabriclab_switches_unknown",
+            "Connected datapaths that are not in the declared fabric",
+            len(state.unknown_switches),
+        )
         connected = GaugeMetricFamily(
-            "fabriclab_switch_connected", "1 if the switch is connected over OpenFlow", labels=["switch", "tier"]
+            "fabriclab_switch_connected",
+            "1 if the switch is connected over OpenFlow",
+            labels=["switch", "tier"],
         )
         for name in names:
             connected.add_metric([name, tiers.of(name)], float(name in state.connected))
@@ -233,15 +265,20 @@ class FabricCollector(Collector):
         rows = [((s, str(p), tiers.of(s)), c) for (s, p), c in sorted(counters.items())]
         yield from _counters("fabriclab_port", PORT_FIELDS, ("switch", "port", "tier"), rows)
         if stats is not None:
-            yield _gauge("fabriclab_port_stats_timestamp_seconds", "When the port counters were polled (epoch)",
-                         stats.at)  # fmt: skip
+            yield _gauge(
+                "fabriclab_port_stats_timestamp_seconds", "When port counters were polled (epoch)", stats.at
+            )
 
     def _links(self, pub: Published) -> Iterator[Metric]:
         context, tiers = pub.context, self.layout.tiers
         links = context.declared.links
-        up = GaugeMetricFamily("fabriclab_link_up", "1 if both ends of the link are up", labels=["link", "tier"])
+        up = GaugeMetricFamily(
+            "fabriclab_link_up", "1 if both ends of the link are up", labels=["link", "tier"]
+        )
         for index, link in enumerate(links):
-            up.add_metric([link_key(link), tiers.of_link(link)], float(context.link_up(index, pub.state.ports_down)))
+            up.add_metric(
+                [link_key(link), tiers.of_link(link)], float(context.link_up(index, pub.state.ports_down))
+            )
         yield up
         usage = link_utilisation(context.declared, pub.previous_stats, pub.stats, self.capacity_factor)
         family = GaugeMetricFamily(

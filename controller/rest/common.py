@@ -352,7 +352,9 @@ def page_origins(host: str, port: int) -> list[str]:
     names = {host}
     if is_loopback(host):
         names |= {"localhost", "127.0.0.1", "[::1]"}
-    return sorted(f"http://{'[' + n + ']' if ':' in n and not n.startswith('[') else n}:{port}" for n in names)
+    return sorted(
+        f"http://{'[' + n + ']' if ':' in n and not n.startswith('[') else n}:{port}" for n in names
+    )
 
 
 def _local_docs(app: FastAPI) -> None:

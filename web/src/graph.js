@@ -7,7 +7,6 @@ import { zoom, zoomIdentity } from "d3-zoom";
 import { utilColour } from "./colours.js";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
-const ROW_GAP = 130;
 const MARGIN = 40;
 
 export class FabricGraph {
@@ -40,8 +39,12 @@ export class FabricGraph {
     this.selected = null;
     const widest = Math.max(...Object.values(this.rowCounts()));
     this.width = Math.max(1000, Math.min(widest * 16, 9000));
-    this.top = Math.max(...this.nodes.map((n) => n.level));
-    this.height = MARGIN * 2 + this.top * ROW_GAP;
+    this.top = Math.max(1, ...this.nodes.map((n) => n.level));
+    // as tall as the pane is, relative to its width (rows spread out; wide fabrics are zoomed into)
+    const box = svgElement.getBoundingClientRect();
+    const aspect = box.width > 0 && box.height > 0 ? box.height / box.width : 0.6;
+    this.height = Math.max(MARGIN * 2 + this.top * 90, Math.min(this.width * aspect, MARGIN * 2 + this.top * 400));
+    this.rowGap = (this.height - 2 * MARGIN) / this.top;
     this.svg.attr("viewBox", `0 0 ${this.width} ${this.height}`);
     this.viewport = this.svg.append("g").attr("class", "viewport");
     this.linkLayer = this.viewport.append("g").attr("class", "links");
@@ -64,7 +67,7 @@ export class FabricGraph {
   }
 
   y(level) {
-    return MARGIN + (this.top - level) * ROW_GAP;
+    return MARGIN + (this.top - level) * this.rowGap;
   }
 
   rep(index) {
