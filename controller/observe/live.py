@@ -16,7 +16,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,7 +209,7 @@ class LiveView:
     def clients(self) -> int:
         return self._clients
 
-    async def stream(self, since: int = 0) -> AsyncIterator[bytes]:
+    async def stream(self, since: int = 0) -> AsyncGenerator[bytes, None]:
         """Frames for one client until it goes away (the server cancels the generator then)."""
         with self._lock:
             if self._clients >= self.options.max_clients:
