@@ -37,15 +37,9 @@ export class FabricGraph {
     this.disconnected = new Set();
     this.route = { links: new Set(), nodes: new Set() };
     this.selected = null;
-    const widest = Math.max(...Object.values(this.rowCounts()));
-    this.width = Math.max(1000, Math.min(widest * 16, 9000));
     this.top = Math.max(1, ...this.nodes.map((n) => n.level));
-    // as tall as the pane is, relative to its width (rows spread out; wide fabrics are zoomed into)
     const box = svgElement.getBoundingClientRect();
-    const aspect = box.width > 0 && box.height > 0 ? box.height / box.width : 0.6;
-    this.height = Math.max(MARGIN * 2 + this.top * 90, Math.min(this.width * aspect, MARGIN * 2 + this.top * 400));
-    this.rowGap = (this.height - 2 * MARGIN) / this.top;
-    this.svg.attr("viewBox", `0 0 ${this.width} ${this.height}`);
+    this.aspect = box.width > 0 && box.height > 0 ? box.height / box.width : 0.6;
     this.viewport = this.svg.append("g").attr("class", "viewport");
     this.linkLayer = this.viewport.append("g").attr("class", "links");
     this.nodeLayer = this.viewport.append("g").attr("class", "nodes");
@@ -56,9 +50,16 @@ export class FabricGraph {
     this.layout();
   }
 
-  rowCounts() {
+  // Canvas size for what is visible: wide enough for the fullest row, as tall as the pane's shape allows.
+  resize(visibleNodes) {
     const counts = {};
-    for (const n of this.nodes) counts[n.level] = (counts[n.level] || 0) + 1;
+    for (const n of visibleNodes) counts[n.level] = (counts[n.level] || 0) + 1;
+    const groupsShown = this.collapsed.size;
+    const widest = Math.max(groupsShown * 4, ...Object.values(counts));
+    this.width = Math.max(1000, Math.min(widest * 16, 9000));
+    this.height = Math.max(MARGIN * 2 + this.top * 90, Math.min(this.width * this.aspect, MARGIN * 2 + this.top * 400));
+    this.rowGap = (this.height - 2 * MARGIN) / this.top;
+    this.svg.attr("viewBox", `0 0 ${this.width} ${this.height}`);
     return counts;
   }
 
@@ -88,8 +89,7 @@ export class FabricGraph {
   // Rebuild the elements (start, collapse/expand): visible nodes, boxes and links.
   layout() {
     const visibleNodes = this.nodes.filter((n) => !(n.group && this.collapsed.has(n.group)));
-    const counts = {};
-    for (const n of visibleNodes) counts[n.level] = (counts[n.level] || 0) + 1;
+    const counts = this.resize(visibleNodes);
     this.radius = {};
     for (const [level, count] of Object.entries(counts)) {
       this.radius[level] = Math.max(2.5, Math.min(9, ((this.width - 2 * MARGIN) / count) * 0.32));
