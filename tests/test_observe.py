@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -225,6 +226,7 @@ def test_frames_carry_failures_and_new_events_once(rig: Rig) -> None:
     assert isinstance(events, list) and len(events) == 21  # routing computed + 20 switches
     last = int(events[-1]["id"])
     rig.cut(20)
+    time.sleep(0.1)  # past the frame interval: the next frame is built from the new snapshot
     (second,) = asyncio.run(_messages(live, 1, since=last))
     assert second["down"] == [20]
     events = second["events"]
