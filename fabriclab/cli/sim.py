@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyParams, default_policies
 from emulation.scenario import load_scenario
 from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli.progress import console_progress
 from flowsim.engine import SimConfig
 from flowsim.metrics import FIELDS
 from flowsim.network import Network
@@ -127,7 +125,7 @@ def run_sim(args: argparse.Namespace) -> int:
     emulation = _read_compare(args.compare) if args.compare else None
     config = SimConfig(params=params, engine=engine, seed=seed, aggregate=args.aggregate)
     started = time.perf_counter()
-    with _progress("simulating") as show:
+    with console_progress() as show:
         outcome = simulate(network, workload, policies, config, show)
     summary = write_report(outcome, args.output, emulation)
     print(f"{network.fabric.summary()}; {workload.label}; {time.perf_counter() - started:.1f} s")
@@ -157,10 +155,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise CliError(f"--workers: must be >= 1, not {args.workers}")
     sweep = load_sweep(args.file, args.max_points)
     started = time.perf_counter()
-    with _progress("sweep") as show:
+    with console_progress() as show:
 
         def tick(done: int, total: int, where: str) -> None:
-            show(done / total, f"{done}/{total} units on {where}")
+            show(done / total, f"sweep: {done}/{total} units on {where}")
 
         if args.dask:
             rows = run_dask(sweep, args.dask, tick, args.dask_timeout)
@@ -175,40 +173,6 @@ def run_sweep(args: argparse.Namespace) -> int:
     )
     print(f"results: {args.output}/results.json, {args.output}/results.csv, {args.output}/report.md")
     return 0
-
-
-@contextmanager
-def _progress(label: str) -> Iterator[Callable[[float, str], None]]:
-    """A rich progress bar on a terminal; a plain line per 10 % otherwise (CI logs)."""
-    stream = sys.stderr
-    if stream.isatty():
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
-
-        bar = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.percentage:>5.1f}%"),
-            TimeElapsedColumn(),
-            transient=True,
-        )
-        with bar:
-            task = bar.add_task(label, total=1.0)
-
-            def show(fraction: float, what: str) -> None:
-                bar.update(task, completed=min(1.0, fraction), description=f"{label}: {what[:50]}")
-
-            yield show
-        return
-    last = [-1]
-
-    def plain(fraction: float, what: str) -> None:
-        decile = int(min(1.0, fraction) * 10)
-        if decile != last[0]:
-            last[0] = decile
-            stream.write(f"{label}: {min(1.0, fraction) * 100:5.1f}%  {what}\n")
-            stream.flush()
-
-    yield plain
 
 
 __all__ = ["register"]
