@@ -27,7 +27,7 @@ from emulation.controlproc import ControllerProcess
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
 from emulation.report import write_outputs
-from emulation.scenario import FlowPlan, Scenario
+from emulation.scenario import FlowPlan, Scenario, ScenarioError, emulator_refuses
 from topologies.tiers import Tiers
 
 BASE_PORT = 6000
@@ -35,6 +35,9 @@ Progress = Callable[[float, str], None]
 
 
 def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+    refused = emulator_refuses(scenario)
+    if refused:  # before anything is built or written
+        raise ScenarioError(refused, file=str(scenario.file))
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = progress or (lambda fraction, what: None)
     reps = []

@@ -36,13 +36,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.sm.engines import default_registry
+from controller.sm.policies import PolicyError, PolicyParams, default_policies
 from emulation.mnfabric import Scale
 from topologies.errors import InputError, read_input_file
 from topologies.loader import load_topology
 from topologies.model import Fabric
 from topologies.yamlio import AllowedKeys, Document, PathItem, load_document, validate
 from traffic.errors import TrafficError, parse_hosts, parse_size
-from traffic.patterns import Plan, plan
+from traffic.kvcache import model_shape
+from traffic.patterns import PLANNERS, Plan, plan
+from traffic.trace import read_trace
 
 
 class ScenarioError(InputError):
@@ -57,6 +60,11 @@ class ControllerSpec(_Strict):
     engine: str = "ftree"
     fast_failover: bool = True
     multipath: bool = False
+    #: Routing policy and its parameters (names and checks from `controller.sm.policies`).
+    policy: str = "static"
+    interval_ms: int = 100
+    threshold: float = 0.7
+    hysteresis: float = 0.1
 
 
 class UdpFlow(_Strict):
@@ -85,6 +93,36 @@ class RoceCollective(_Strict):
     size: str | int
     rate_pps: Annotated[float, Field(gt=0, le=200_000)] = 2000.0
     mtu: Literal[256, 512, 1024, 2048, 4096] = 1024
+    #: "steps": the planner's dependent steps (the simulator runs them rank by rank); "one-phase": every
+    #: transfer at once (all-to-all only; MoE dispatch).  The emulator always sends the whole matrix at once.
+    schedule: Literal["steps", "one-phase"] = "steps"
+
+
+class KvTransfer(_Strict):
+    """KV-cache transfers of disaggregated serving (`traffic.kvcache`); simulated only for now."""
+
+    kind: Literal["kv-transfer"]
+    model: str
+    prompt_tokens: Annotated[int, Field(ge=1)]
+    prefill: str | list[str]
+    decode: str
+    page_tokens: Annotated[int, Field(ge=1)] = 16
+    requests: Annotated[int, Field(ge=1, le=100_000)] = 1
+    arrival_rate_per_s: Annotated[float, Field(ge=0)] = 0.0
+    layer_time_us: Annotated[float, Field(ge=0)] = 0.0
+    start_s: Annotated[float, Field(ge=0)] = 0.0
+
+
+class TraceReplay(_Strict):
+    """A congestion trace (`traffic.trace`, JSON Lines) replayed from `start_s`; simulated only for now."""
+
+    kind: Literal["trace"]
+    file: str
+    start_s: Annotated[float, Field(ge=0)] = 0.0
+
+
+#: Traffic kinds the emulator cannot send yet (`fabriclab sim` runs them).
+SIMULATED_ONLY = ("kv-transfer", "trace")
 
 
 class Fault(_Strict):
@@ -94,7 +132,9 @@ class Fault(_Strict):
     switch: str | None = None
 
 
-Traffic = Annotated[UdpFlow | UdpPermutation | RoceCollective, Field(discriminator="kind")]
+Traffic = Annotated[
+    UdpFlow | UdpPermutation | RoceCollective | KvTransfer | TraceReplay, Field(discriminator="kind")
+]
 
 
 class ScenarioSpec(_Strict):
@@ -133,6 +173,8 @@ class _Keys(AllowedKeys):
                 "udp": UdpFlow,
                 "udp-permutation": UdpPermutation,
                 "roce-collective": RoceCollective,
+                "kv-transfer": KvTransfer,
+                "trace": TraceReplay,
             }
             model = models.get(kind)
             return list(model.model_fields) if model else ()
@@ -164,8 +206,8 @@ class Scenario:
         hosts = [h.name for h in self.fabric.hosts]
         plans: list[FlowPlan] = []
         for index, item in enumerate(self.spec.traffic):
-            if isinstance(item, RoceCollective):
-                continue  # see collectives()
+            if isinstance(item, RoceCollective | KvTransfer | TraceReplay):
+                continue  # see collective_plan(); the others are simulated only
             if isinstance(item, UdpFlow):
                 duration = item.duration_s or (self.spec.duration_s - item.start_s)
                 plans.append(
@@ -204,6 +246,45 @@ def collective_plan(item: RoceCollective, hosts: Sequence[str]) -> Plan:
     return plan(item.collective, ranks, parse_size(item.size))
 
 
+def collective_ranks(item: RoceCollective, hosts: Sequence[str]) -> list[str]:
+    """The ranks of a collective, checked against the fabric's hosts (TrafficError naming `ranks`)."""
+    return parse_hosts(",".join(item.ranks) if isinstance(item.ranks, list) else item.ranks, hosts)
+
+
+#: Collectives up to this many ranks are checked by planning them; bigger ones (a 4,096-rank all-to-all
+#: is 16.8 M transfers) by their parts, so checking a large scenario stays instant.
+PLAN_CHECK_RANKS = 256
+
+
+def check_collective(item: RoceCollective, hosts: Sequence[str]) -> None:
+    ranks = collective_ranks(item, hosts)
+    if item.schedule == "one-phase" and item.collective != "alltoall":
+        raise TrafficError("one-phase scheduling is for alltoall only", field="schedule")
+    if len(ranks) <= PLAN_CHECK_RANKS:
+        plan(item.collective, ranks, parse_size(item.size))
+        return
+    if item.collective not in PLANNERS:
+        raise TrafficError(f"unknown kind {item.collective!r} (known: {', '.join(PLANNERS)})", field="kind")
+    if parse_size(item.size) < 1:
+        raise TrafficError("must be at least 1 byte", field="size")
+    if item.collective == "allreduce-hd" and len(ranks) & (len(ranks) - 1):
+        raise TrafficError("halving-doubling needs a power-of-two number of ranks", field="ranks")
+
+
+def emulator_refuses(scenario: Scenario) -> str | None:
+    """Why the emulator cannot run this scenario yet (None: it can).  `fabriclab sim` runs all of them."""
+    policy = scenario.spec.controller.policy
+    if policy != "static":
+        return (
+            f"controller.policy: the emulator runs only the static policy for now, not {policy!r} "
+            "(use `fabriclab sim` to simulate it)"
+        )
+    for i, item in enumerate(scenario.spec.traffic):
+        if item.kind in SIMULATED_ONLY:
+            return f"traffic[{i}].kind: {item.kind!r} traffic is simulated only for now (use `fabriclab sim`)"
+    return None
+
+
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
     text = read_input_file(path, ScenarioError)
@@ -233,14 +314,25 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
         raise doc.error(
             ["controller", "engine"], f"unknown routing engine {spec.controller.engine!r} ({known})"
         )
+    c = spec.controller
+    try:
+        default_policies().create(c.policy, PolicyParams(c.interval_ms, c.threshold, c.hysteresis))
+    except PolicyError as exc:
+        raise doc.error(["controller", exc.field or "policy"], exc.message) from None
     hosts = {h.name for h in fabric.hosts}
     for i, item in enumerate(spec.traffic):
         if isinstance(item, RoceCollective):
             try:
-                collective_plan(item, sorted(hosts))
+                check_collective(item, sorted(hosts))
             except TrafficError as exc:
-                field = exc.field if exc.field in ("ranks", "size") else "collective"
+                field = exc.field if exc.field in ("ranks", "size", "schedule") else "collective"
                 raise doc.error(["traffic", i, field], exc.message) from None
+            continue
+        if isinstance(item, KvTransfer):
+            _check_kv(item, sorted(hosts), doc, i)
+            continue
+        if isinstance(item, TraceReplay):
+            _check_trace(item, hosts, doc, i, path)
             continue
         names: list[tuple[str, str]] = (
             [("src", item.src), ("dst", item.dst)] if isinstance(item, UdpFlow) else []
@@ -279,12 +371,47 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
     return Scenario(spec, path, fabric, scale)
 
 
+def _check_kv(item: KvTransfer, hosts: Sequence[str], doc: Document, i: int) -> None:
+    try:
+        model_shape(item.model)
+        names = item.prefill if isinstance(item.prefill, str) else ",".join(item.prefill)
+        prefill = parse_hosts(names, hosts, field="prefill")
+        parse_hosts(item.decode, hosts, field="decode")
+        if item.decode in prefill:
+            raise TrafficError(f"{item.decode!r} is also a prefill host", field="decode")
+    except TrafficError as exc:
+        raise doc.error(["traffic", i, exc.field or "model"], exc.message) from None
+
+
+def trace_path(item: TraceReplay, scenario_file: Path) -> Path:
+    return (scenario_file.parent / item.file).resolve()
+
+
+def _check_trace(item: TraceReplay, hosts: set[str], doc: Document, i: int, path: Path) -> None:
+    file = trace_path(item, path)
+    try:
+        records = read_trace(file)
+    except TrafficError as exc:
+        raise doc.error(["traffic", i, "file"], str(exc)) from None
+    for n, record in enumerate(records, 1):
+        for name in (record.src, record.dst):
+            if name not in hosts:
+                raise doc.error(["traffic", i, "file"], f"{file}: record {n}: unknown host {name!r}")
+
+
 __all__ = [
+    "SIMULATED_ONLY",
     "FlowPlan",
+    "KvTransfer",
     "RoceCollective",
     "Scenario",
     "ScenarioError",
     "ScenarioSpec",
+    "TraceReplay",
+    "check_collective",
     "collective_plan",
+    "collective_ranks",
+    "emulator_refuses",
     "load_scenario",
+    "trace_path",
 ]

@@ -28,6 +28,15 @@ COVERED: dict[str, str] = {
     "fabriclab controller": "test_controller_cli.py::test_sigterm_and_sigint_stop_the_controller_cleanly",
     "fabriclab emulate up": "test_emulation_mininet.py::test_emulate_up_runs_headless_and_stops_cleanly",
     "fabriclab scenario run": ".ci/compose_smoke.py::fabriclab scenario run",
+    "fabriclab sim scenarios/moe-alltoall-4096gpu.yaml": (
+        "test_flowsim_cli.py::test_moe_scenario_simulates_under_spray"
+    ),
+    "fabriclab sweep sweeps/policies-vs-size.yaml -o results/sweep --dask": (
+        "test_flowsim_cli.py::test_sweep_rows_identical_on_processes_localcluster_and_a_real_dask_cluster"
+    ),
+    "fabriclab sweep sweeps/policies-vs-size.yaml": (
+        "test_flowsim_cli.py::test_shipped_sweep_file_expands_and_runs"
+    ),
 }
 PREFIXES = ("fabriclab ", "docker compose exec fabric fabriclab ")
 

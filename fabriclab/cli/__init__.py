@@ -15,6 +15,7 @@ from controller.sm.engines.base import UnknownEngine
 from fabriclab.cli import emulate as emulate_cmd
 from fabriclab.cli import route as route_cmd
 from fabriclab.cli import serve as serve_cmd
+from fabriclab.cli import sim as sim_cmd
 from fabriclab.cli import topo as topo_cmd
 from fabriclab.cli import traffic as traffic_cmd
 from fabriclab.cli.common import CliError
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.register(commands)
     emulate_cmd.register(commands)
     traffic_cmd.register(commands)
+    sim_cmd.register(commands)
     engines = commands.add_parser("engines", help="list routing engines")
     engines.set_defaults(handler=route_cmd.list_engines)
     return parser

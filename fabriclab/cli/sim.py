@@ -1,0 +1,178 @@
+"""`fabriclab sim` and `fabriclab sweep`: the flow-level simulator's commands.
+
+    fabriclab sim scenarios/moe-alltoall-4096gpu.yaml --policies static,ecmp,spray,adaptive -o results/sim
+    fabriclab sim --topology topologies/leaf-spine-32x32.yaml --traffic permutation --seed 1 \\
+                  --policies ecmp,spray -o results/perm
+    fabriclab sweep sweeps/policies-vs-size.yaml -o results/sweep [--dask tcp://127.0.0.1:8786]
+
+Everything is checked before any work starts (unknown policy or workload, hosts the fabric lacks, a grid
+over the cap, a Dask scheduler that does not answer): one line on stderr, exit 2, nothing written.  Results
+are written to a temporary folder and renamed into place, so a failed run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from controller.sm.engines import default_registry
+from controller.sm.policies import PolicyParams, default_policies
+from emulation.scenario import load_scenario
+from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli.progress import console_progress
+from flowsim.engine import SimConfig
+from flowsim.metrics import FIELDS
+from flowsim.network import Network
+from flowsim.report import write_report
+from flowsim.run import simulate
+from flowsim.scenario import workload_of
+from flowsim.sweep import load_sweep, run_dask, run_local, write_sweep
+from flowsim.workload import ADHOC, adhoc
+from traffic.errors import TrafficError, parse_hosts, parse_size
+
+ALL_POLICIES = ",".join(default_policies().names())
+
+
+def register(commands: Any) -> None:
+    sim = commands.add_parser(
+        "sim",
+        help="flow-level simulation of a scenario or an ad hoc workload under routing policies",
+        description="Max-min fair flow-level simulation at real link speeds, on the controller's own tables.",
+    )
+    sim.add_argument("scenario", nargs="?", type=Path, help="scenario file (as for `scenario run`)")
+    sim.add_argument("--topology", type=Path, help="ad hoc: topology file instead of a scenario")
+    sim.add_argument("--traffic", help=f"ad hoc workload: {' | '.join(ADHOC)}")
+    sim.add_argument("--size", default="64MiB", help="ad hoc: bytes per flow / per rank (default 64MiB)")
+    sim.add_argument("--hosts", help="ad hoc: hosts taking part, e.g. h1..h256 (default: all)")
+    sim.add_argument("--seed", type=int, help="seed (ECMP hash, permutations); default: the scenario's or 0")
+    sim.add_argument(
+        "--policies",
+        help=f"comma-separated, from {ALL_POLICIES} (default: the scenario's policy; ad hoc: all)",
+    )
+    sim.add_argument("--engine", help="routing engine (default: the scenario's or ftree)")
+    sim.add_argument("--interval-ms", type=int, help="adaptive: measurement interval")
+    sim.add_argument("--threshold", type=float, help="adaptive: utilisation above which a port is avoided")
+    sim.add_argument(
+        "--hysteresis", type=float, help="adaptive: band below the threshold where nothing moves"
+    )
+    sim.add_argument(
+        "--aggregate",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="flow classes by (src leaf, dst leaf, route) for big one-phase batches",
+    )
+    sim.add_argument(
+        "--compare", type=Path, help="an emulator summary.json ({'policies': ...}) to compare with"
+    )
+    sim.add_argument("-o", "--output", type=Path, required=True, help="results folder")
+    sim.set_defaults(handler=run_sim)
+
+    sweep = commands.add_parser("sweep", help="run a grid of simulations (policy x workload x fabric x seed)")
+    sweep.add_argument("file", type=Path, help="sweep file (YAML)")
+    sweep.add_argument("-o", "--output", type=Path, required=True, help="results folder")
+    sweep.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://127.0.0.1:8786")
+    sweep.add_argument("--dask-timeout", type=float, default=10.0, help="seconds to wait for the scheduler")
+    sweep.add_argument("--workers", type=int, help="local processes (default: one per core)")
+    sweep.add_argument("--max-points", type=int, help="cap on grid points (default: the file's, or 500)")
+    sweep.set_defaults(handler=run_sweep)
+
+
+def _params(args: argparse.Namespace, base: PolicyParams) -> PolicyParams:
+    return PolicyParams(
+        args.interval_ms if args.interval_ms is not None else base.interval_ms,
+        args.threshold if args.threshold is not None else base.threshold,
+        args.hysteresis if args.hysteresis is not None else base.hysteresis,
+    ).validate()
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    registry = default_policies()
+    if (args.scenario is None) == (args.topology is None):
+        raise CliError("give a scenario file or --topology with --traffic (not both)")
+    if args.scenario is not None:
+        if args.traffic or args.hosts:
+            raise CliError(
+                "--traffic/--hosts are for ad hoc runs (--topology); a scenario has its own traffic"
+            )
+        scenario = load_scenario(args.scenario)
+        c = scenario.spec.controller
+        base = PolicyParams(c.interval_ms, c.threshold, c.hysteresis)
+        policies = registry.parse_list(args.policies or c.policy)
+        engine = args.engine or c.engine
+        seed = args.seed if args.seed is not None else scenario.spec.seed
+        network = Network.build(scenario.fabric)
+        workload = workload_of(scenario, network)
+    else:
+        if not args.traffic:
+            raise CliError(f"--traffic: needed with --topology ({' | '.join(ADHOC)})")
+        policies = registry.parse_list(args.policies or ALL_POLICIES)
+        base, engine, seed = PolicyParams(), args.engine or "ftree", args.seed or 0
+        network = Network.build(load_fabric(str(args.topology)))
+        try:
+            size = parse_size(args.size, field="size")
+            hosts = parse_hosts(args.hosts, sorted(network.host_index), field="hosts") if args.hosts else None
+        except TrafficError as exc:
+            raise CliError(str(exc)) from None
+        workload = adhoc(args.traffic, network, size, seed, hosts)
+    if engine not in default_registry():
+        raise CliError(
+            f"--engine: unknown routing engine {engine!r} ({', '.join(default_registry().names())})"
+        )
+    params = _params(args, base)
+    emulation = _read_compare(args.compare) if args.compare else None
+    config = SimConfig(params=params, engine=engine, seed=seed, aggregate=args.aggregate)
+    started = time.perf_counter()
+    with console_progress() as show:
+        outcome = simulate(network, workload, policies, config, show)
+    summary = write_report(outcome, args.output, emulation)
+    print(f"{network.fabric.summary()}; {workload.label}; {time.perf_counter() - started:.1f} s")
+    for name, row in summary["policies"].items():
+        shown = "  ".join(
+            f"{f}={row[f]:.4g}" if isinstance(row[f], float) else f"{f}={row[f]}" for f in FIELDS
+        )
+        print(f"{name:<9} {shown}")
+    print(f"results: {args.output}/summary.json, {args.output}/report.md")
+    return 0
+
+
+def _read_compare(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CliError(f"--compare: cannot read {path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("policies"), dict):
+        raise CliError(f"--compare: {path} is not a summary ({{'policies': {{NAME: {{...}}}}}})")
+    return data
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    if args.max_points is not None and args.max_points < 1:
+        raise CliError(f"--max-points: must be >= 1, not {args.max_points}")
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers: must be >= 1, not {args.workers}")
+    sweep = load_sweep(args.file, args.max_points)
+    started = time.perf_counter()
+    with console_progress() as show:
+
+        def tick(done: int, total: int, where: str) -> None:
+            show(done / total, f"sweep: {done}/{total} units on {where}")
+
+        if args.dask:
+            rows = run_dask(sweep, args.dask, tick, args.dask_timeout)
+            executor = f"dask {args.dask}"
+        else:
+            rows = run_local(sweep, args.workers, tick)
+            executor = "local processes"
+    write_sweep(sweep, rows, args.output, executor)
+    print(
+        f"{sweep.points} points ({len(sweep.tasks)} units) on {executor} "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
+    print(f"results: {args.output}/results.json, {args.output}/results.csv, {args.output}/report.md")
+    return 0
+
+
+__all__ = ["register"]

@@ -1,0 +1,176 @@
+"""Results on disk: summary.json, report.md and plots, written whole or not at all.
+
+Everything goes to a temporary folder beside the target first and is renamed into place at the end, so an
+interrupted or failed run never leaves half a results folder (an existing one is replaced only then).
+Plots use matplotlib's Agg backend: `fct-cdf.png` (flow completion times, one curve per policy),
+`busbw.png` (bus bandwidth and throughput ratio per policy) and `utilisation.png` (the hottest
+switch-to-switch links over time, one panel per policy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from flowsim.metrics import FIELDS, compare, comparison_markdown, fct_cdf, hottest_links
+from flowsim.run import Outcome
+
+
+@contextlib.contextmanager
+def atomic_dir(target: Path) -> Iterator[Path]:
+    """A temporary folder that becomes `target` when the block succeeds (and vanishes when it fails)."""
+    target = Path(target)
+    parent = target.parent if str(target.parent) else Path(".")
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))
+        target.rename(old / "previous")
+    tmp.rename(target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_report(
+    outcome: Outcome, out_dir: Path, emulation: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Write a simulation's results; with `emulation` (an emulator `compare` summary), the comparison too."""
+    summary = outcome.summary()
+    if emulation is not None:
+        summary["emulation_comparison"] = compare(summary, emulation)
+    with atomic_dir(out_dir) as tmp:
+        (tmp / "summary.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
+        plots = _plots(outcome, tmp)
+        (tmp / "report.md").write_text(_markdown(summary, plots))
+    return summary
+
+
+def _clean(value: Any) -> Any:
+    """JSON without NaN/inf (null instead)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _plt() -> Any:
+    import matplotlib  # noqa: PLC0415 - heavy; only when writing results
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path.name
+
+
+def _plots(outcome: Outcome, out: Path) -> list[str]:
+    plt = _plt()
+    names = list(outcome.runs)
+    files = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = False
+    for name in names:
+        x, y = fct_cdf(outcome.runs[name].result)
+        if x.size:
+            ax.step(x, y, where="post", label=name)
+            drawn = True
+    if drawn:
+        ax.set_xscale("log")
+    ax.set_xlabel("flow completion time (s)")
+    ax.set_ylabel("fraction of flows")
+    ax.set_title("FCT CDF per policy")
+    if drawn:
+        ax.legend()
+    files.append(_save(fig, out / "fct-cdf.png"))
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    busbw = [outcome.runs[n].summary["busbw_gbps"] or 0.0 for n in names]
+    ratio = [outcome.runs[n].summary["throughput_ratio"] or 0.0 for n in names]
+    left.bar(names, busbw, color="tab:blue")
+    left.set_ylabel("busbw (GB/s)")
+    left.set_title("bus bandwidth (nccl-tests)")
+    right.bar(names, ratio, color="tab:green")
+    right.set_ylim(0, 1.05)
+    right.set_ylabel("throughput ratio")
+    right.set_title("achieved / ideal aggregate rate")
+    files.append(_save(fig, out / "busbw.png"))
+
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.2 + 2.0 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        links, matrix, bin_s = hottest_links(outcome.runs[name].result, outcome.network, count=16)
+        if matrix.size:
+            image = ax.imshow(
+                matrix,
+                aspect="auto",
+                interpolation="nearest",
+                cmap="viridis",
+                vmin=0.0,
+                vmax=1.0,
+                extent=(0, matrix.shape[1] * bin_s, len(links) - 0.5, -0.5),
+            )
+            ax.set_yticks(range(len(links)), links, fontsize=5)
+            fig.colorbar(image, ax=ax, fraction=0.03)
+        ax.set_title(f"{name}: hottest links, utilisation over time", fontsize=9)
+        ax.set_xlabel("time (s)", fontsize=8)
+    files.append(_save(fig, out / "utilisation.png"))
+    return files
+
+
+def _markdown(summary: Mapping[str, Any], plots: list[str]) -> str:
+    lines = [
+        f"# Flow-level simulation: {summary['workload']}",
+        "",
+        f"Fabric {summary['fabric']}; routing engine {summary['engine']}; seed {summary['seed']}; "
+        f"adaptive parameters {summary['policy_params']}; {summary['link_speeds']} link speeds.",
+        "",
+        "| policy | " + " | ".join(FIELDS) + " |",
+        "| --- | " + " | ".join("---:" for _ in FIELDS) + " |",
+    ]
+    fmt: Callable[[Any], str] = lambda v: f"{v:.4g}" if isinstance(v, int | float) else "-"  # noqa: E731
+    for name, row in summary["policies"].items():
+        lines.append(f"| {name} | " + " | ".join(fmt(row[f]) for f in FIELDS) + " |")
+    lines += ["", "Per policy: groups (collectives: algbw/busbw as nccl-tests), solver work.", ""]
+    for name, row in summary["policies"].items():
+        details = row["details"]
+        lines.append(
+            f"* **{name}**: ideal completion {fmt(details['ideal_completion_s'])} s; "
+            f"engine {details['engine']}; unfinished flows {details['unfinished_flows']}"
+        )
+        for g in details["groups"]:
+            extra = ""
+            if "busbw_gbps" in g:
+                extra = (
+                    f" — {g['kind']} over {g['ranks']} ranks, {g['size_bytes']} B: {fmt(g['seconds'])} s, "
+                    f"algbw {fmt(g['algbw_gbps'])} GB/s, busbw {fmt(g['busbw_gbps'])} GB/s"
+                    + (f" ({g['skipped_steps']} lockstep steps extrapolated)" if g["skipped_steps"] else "")
+                )
+            lines.append(f"  * {g['name']}: {fmt(g['start_s'])} → {fmt(g['end_s'])} s{extra}")
+    if "emulation_comparison" in summary:
+        lines += ["", comparison_markdown(summary["emulation_comparison"])]
+    lines.append("")
+    lines += [f"![{p}]({p})\n" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["atomic_dir", "write_report"]
