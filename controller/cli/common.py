@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from topologies.errors import TopologyError
+from topologies.errors import TopologyError, read_input_bytes
 from topologies.ibnet import load_ibnet
 from topologies.loader import load_topology
 from topologies.model import Fabric
@@ -21,10 +21,7 @@ class CliError(Exception):
 def sniff_format(path: Path) -> str:
     if path.suffix.lower() in (".yaml", ".yml"):
         return "yaml"
-    try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:65536]
-    except OSError as exc:
-        raise TopologyError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
+    head = read_input_bytes(path, TopologyError, 65536, head=True).decode("utf-8", errors="replace")
     return "ibnet" if _IBNET_LINE.search(head) else "yaml"
 
 
