@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.cli.common import CliError, load_fabric
+from controller.sm.engines.base import UnknownEngine
 from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import SubnetManager
 from controller.state import StateError, StateStore
@@ -72,9 +73,13 @@ def run(args: argparse.Namespace) -> int:
     store = StateStore(args.state_dir) if args.state_dir else None
     manager = SubnetManager(fabric)
     try:
+        if store is not None:
+            store.lock()  # held until the process exits: one controller per state directory
         service = FabricService.restore(manager, store, lldp_interval_s=args.lldp_interval)
     except StateError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(f"--state-dir: {exc}") from None
+    except UnknownEngine as exc:  # only the saved engine is created in restore()
+        raise CliError(f"--state-dir: {store.path if store else ''}: engine: {exc}") from None
     if args.engine is not None:
         manager.registry.create(args.engine)
         manager.engine = args.engine

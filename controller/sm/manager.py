@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 
 from controller.sm.addressing import AddressTable
 from controller.sm.engines import EngineRegistry, default_registry
-from controller.sm.intents import ForwardingOptions, SwitchProgram, compile_programs
+from controller.sm.intents import (
+    MAX_GENERATION,
+    ForwardingOptions,
+    GenerationExhausted,
+    SwitchProgram,
+    compile_programs,
+)
 from controller.sm.lids import LidMap, assign_lids
 from controller.sm.subnet import Subnet
 from controller.sm.tables import Hop, RouteError, RoutingTables
@@ -112,6 +118,11 @@ class SubnetManager:
         subnet = Subnet.build(live, assign_lids(live, previous=self.lids))
         tables = router.route(subnet)
         generation = self.generation + 1
+        if generation > MAX_GENERATION:
+            raise GenerationExhausted(
+                f"table generation {self.generation} is the last the 48-bit cookie can carry; "
+                "start the controller on a fresh state directory"
+            )
         previous = None
         if self.current is not None and self.current.engine == engine and self.current.options == options:
             previous = (self.current.tables, self.current.programs)
