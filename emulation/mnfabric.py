@@ -28,6 +28,8 @@ from topologies.model import Fabric
 
 _UNITS = {"K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
 MAX_SHAPED_MBPS = 1000.0
+#: Rates go to tc with three decimals of Mb/s: anything smaller would be "0.000mbit".
+MIN_SHAPED_MBPS = 0.001
 
 
 class EmulationError(RuntimeError):
@@ -60,7 +62,8 @@ class Scale:
 
     @classmethod
     def parse(cls, text: str) -> Scale:
-        match = re.fullmatch(r"\s*([\d.]+)\s*([KMGT])\s*=\s*([\d.]+)\s*([KMGT])\s*", text.upper())
+        number = r"(\d+(?:\.\d*)?|\.\d+)"
+        match = re.fullmatch(rf"\s*{number}\s*([KMGT])\s*=\s*{number}\s*([KMGT])\s*", text.upper())
         if not match:
             raise ValueError(f"scale {text!r}: expected REAL=EMULATED like 400G=200M")
         real = float(match[1]) * _UNITS[match[2]]
@@ -71,6 +74,23 @@ class Scale:
 
     def mbps(self, bw_gbps: float) -> float:
         return bw_gbps * self.emulated_gbps / self.real_gbps * 1000.0
+
+    def check(self, fabric: Fabric) -> None:
+        """Raise ValueError unless every link of `fabric` scales into what HTB can shape here: the one
+        validator behind `scenario check`, `scenario run` and `emulate up`, so a check never passes what a
+        run refuses."""
+        for link in fabric.links:
+            rate = self.mbps(link.bw_gbps)
+            if rate > MAX_SHAPED_MBPS:
+                raise ValueError(
+                    f"link {link}: {link.bw_gbps:g} Gb/s scales to {rate:g} Mb/s, above what Mininet's "
+                    f"TCLink shapes ({MAX_SHAPED_MBPS:g} Mb/s); choose a smaller scale"
+                )
+            if rate < MIN_SHAPED_MBPS:
+                raise ValueError(
+                    f"link {link}: {link.bw_gbps:g} Gb/s scales to {rate:g} Mb/s, below the smallest rate "
+                    f"HTB is given here ({MIN_SHAPED_MBPS:g} Mb/s); choose a larger scale"
+                )
 
 
 def _fits(name: str, max_port: int) -> bool:
@@ -113,13 +133,10 @@ class MininetFabric:
         if len(set(self.names.values())) != len(self.names):
             raise EmulationError("node names collide after shortening for Linux interface names")
         if scale is not None:
-            for link in fabric.links:
-                if scale.mbps(link.bw_gbps) > MAX_SHAPED_MBPS:
-                    raise EmulationError(
-                        f"link {link}: {link.bw_gbps:g} Gb/s scales to {scale.mbps(link.bw_gbps):g} Mb/s, "
-                        "above "
-                        f"what Mininet's TCLink shapes ({MAX_SHAPED_MBPS:g} Mb/s); choose a smaller scale"
-                    )
+            try:
+                scale.check(fabric)
+            except ValueError as exc:
+                raise EmulationError(str(exc)) from None
         self.timings: dict[str, float] = {}
 
     # --- names -------------------------------------------------------------------------------------------

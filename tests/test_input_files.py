@@ -34,6 +34,10 @@ BAD_FILES = {
     "recursive-mapping": ("name: x\nnodes: &n {h1: *n}\n", "recursive alias *n"),
     "billion-laughs": (billion_laughs(), "aliases expand to more than 100,000 nodes"),
     "deep-nesting": ("a: " + "[" * 100_000 + "]" * 100_000 + "\n", f"nested more than {MAX_DEPTH} levels"),
+    "huge-generator": (
+        "name: x\ngenerator: {kind: fat-tree, k: 254}\n",
+        "a k=254 fat-tree has 4,096,766 hosts",
+    ),
     "huge-integer": (
         "name: x\nnodes:\n  h1: {kind: host, ports: " + "9" * 5000 + "}\n",
         "an integer of 5,000",

@@ -16,7 +16,7 @@ from controller.cli import route as route_cmd
 from controller.cli import serve as serve_cmd
 from controller.cli import topo as topo_cmd
 from controller.cli import traffic as traffic_cmd
-from controller.cli.common import CliError
+from controller.cli.common import CliError, OneLineParser
 from controller.sm.engines.base import UnknownEngine
 from topologies.errors import InputError
 
@@ -24,7 +24,7 @@ EXIT_BAD_INPUT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="fabriclab",
         description="AI-cluster fabric controller and testbed: topologies, routing, verification.",
     )

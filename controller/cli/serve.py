@@ -13,12 +13,11 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import threading
 from pathlib import Path
 from typing import Any
 
-from controller.cli.common import CliError, load_fabric
+from controller.cli.common import CliError, check_bindable, check_distinct, endpoint, load_fabric, real
 from controller.sm.engines.base import UnknownEngine
 from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import SubnetManager
@@ -26,13 +25,6 @@ from controller.state import StateError, StateStore
 
 LOG = logging.getLogger("fabriclab")
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
-
-
-def endpoint(text: str, option: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
-        raise CliError(f"{option}: expected HOST:PORT, got {text!r}")
-    return host, int(port)
 
 
 def register(commands: Any) -> None:
@@ -48,7 +40,13 @@ def register(commands: Any) -> None:
     )
     p.add_argument("--no-fast-failover", action="store_true", help="plain outputs instead of failover groups")
     p.add_argument("--multipath", action="store_true", help="select groups over equal-cost ports")
-    p.add_argument("--lldp-interval", type=float, default=10.0, metavar="S", help="LLDP probe period")
+    p.add_argument(
+        "--lldp-interval",
+        type=real(0.1, 3600, " seconds"),
+        default=10.0,
+        metavar="S",
+        help="LLDP probe period, 0.1..3600 s (default %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run)
 
@@ -59,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     of_host, of_port = endpoint(args.openflow, "--openflow")
     api_host, api_port = endpoint(args.api, "--api")
-    if args.lldp_interval <= 0:
-        raise CliError("--lldp-interval: must be > 0")
+    listeners = [("--openflow", (of_host, of_port)), ("--api", (api_host, api_port))]
+    check_distinct(listeners)
     fabric = load_fabric(args.topology)
 
     # Imported here: the routing-only commands must not pay for os-ken, FastAPI and uvicorn.
@@ -85,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
         manager.engine = args.engine
     if args.no_fast_failover or args.multipath:
         manager.options = ForwardingOptions(not args.no_fast_failover, args.multipath)
-    for host, port, what in ((of_host, of_port, "--openflow"), (api_host, api_port, "--api")):
-        _check_bindable(host, port, what)
+    check_bindable(listeners)
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -120,21 +117,6 @@ def run(args: argparse.Namespace) -> int:
     api_thread.join(5.0)
     LOG.info("stopped")
     return 0 if stop.is_set() else 1
-
-
-def _check_bindable(host: str, port: int, what: str) -> None:
-    """Fail with a clear message before starting anything if an address is taken or invalid."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise CliError(f"{what}: cannot resolve {host!r}: {exc}") from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            raise CliError(f"{what}: cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 __all__ = ["endpoint", "register", "run"]
