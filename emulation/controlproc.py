@@ -11,8 +11,9 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from controller.rest.client import ControllerClient, wait_for
+from controller.rest.client import ControllerClient, WaitTimeout, wait_for
 
 
 def free_port() -> int:
@@ -20,6 +21,15 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def _tail(path: Path, n_bytes: int = 4096) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - n_bytes))
+            return handle.read().decode("utf-8", errors="replace").strip()
+    except OSError:
+        return ""
 
 
 class ControllerProcess(ControllerClient):
@@ -54,7 +64,20 @@ class ControllerProcess(ControllerClient):
             self.proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
             )
-        wait_for(lambda: self.get("health"), 30, "controller REST")
+        wait_for(self._health_unless_exited, 30, "controller REST")
+
+    def _health_unless_exited(self) -> Any:
+        """A controller that refused to start (bad input, a state directory in use) is reported at once with
+        its own last words, not after the whole wait."""
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is not None:
+            lines = _tail(self.log).splitlines()
+            self.proc = None
+            raise WaitTimeout(
+                f"the controller exited with code {code}: {lines[-1] if lines else '(no output)'}"
+            )
+        return self.get("health")
 
     def stop(self) -> int:
         """SIGTERM (as systemd or docker would) and the exit code."""

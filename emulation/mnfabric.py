@@ -27,8 +27,6 @@ from emulation.mesh import Endpoint
 from topologies.model import Fabric
 from topologies.scale import Scale
 
-MAX_SHAPED_MBPS = 1000.0
-
 
 class EmulationError(RuntimeError):
     pass
@@ -91,13 +89,10 @@ class MininetFabric:
         if len(set(self.names.values())) != len(self.names):
             raise EmulationError("node names collide after shortening for Linux interface names")
         if scale is not None:
-            for link in fabric.links:
-                if scale.mbps(link.bw_gbps) > MAX_SHAPED_MBPS:
-                    raise EmulationError(
-                        f"link {link}: {link.bw_gbps:g} Gb/s scales to {scale.mbps(link.bw_gbps):g} Mb/s, "
-                        "above "
-                        f"what Mininet's TCLink shapes ({MAX_SHAPED_MBPS:g} Mb/s); choose a smaller scale"
-                    )
+            try:
+                scale.check(fabric)
+            except ValueError as exc:
+                raise EmulationError(str(exc)) from None
         self.timings: dict[str, float] = {}
 
     # --- names -------------------------------------------------------------------------------------------

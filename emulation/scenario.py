@@ -306,6 +306,7 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
     if spec.scale is not None:
         try:
             scale = Scale.parse(spec.scale)
+            scale.check(fabric)  # what `scenario run` (MininetFabric) would refuse
         except ValueError as exc:
             raise doc.error(["scale"], str(exc)) from None
     engines = default_registry()

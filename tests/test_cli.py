@@ -107,7 +107,7 @@ def test_engines_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
         (["route", "{topo}", "--vls", "0"], "--vls must be 1..15"),
         (["route", "{topo}", "--fail-links", "999"], "cannot fail 999 links"),
         (["route", "{topo}", "--sm-node", "h99"], "no node 'h99'"),
-        (["topo", "generate", "fat-tree", "--k", "5"], "generator.k: k must be an even integer"),
+        (["topo", "generate", "fat-tree", "--k", "5"], "--k: k must be an even integer"),
         (["topo", "check", "{bad}"], "bad.yaml:3: nodes.h1.kind: Input should be 'host' or 'switch'"),
     ],
 )

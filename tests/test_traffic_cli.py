@@ -73,7 +73,7 @@ def test_pcap_of_a_kv_transfer_is_valid_roce(tmp_path: Path) -> None:
           "--decode", "h2"], "model: unknown model 'nope'"),
         (["plan", "kv-transfer", "--layers", "8", "--prompt-tokens", "4", "--prefill", "h1",
           "--decode", "h2"],
-         "kv_heads"),
+         "--kv-heads"),
         (["pcap", "allreduce", "--ranks", "h1..h4", "--size", "1KiB"], "-o/--output"),
     ],
 )  # fmt: skip

@@ -8,6 +8,7 @@ the emulator and the simulator can use.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from topologies.errors import TopologyError
@@ -67,8 +68,8 @@ def check_fabric(fabric: Fabric, locator: Locator | None = None) -> None:
             raise _fail(loc, loc.link(index), f"link connects {link.a.node} to itself")
         if fabric.nodes[link.a.node].is_host and fabric.nodes[link.b.node].is_host:
             raise _fail(loc, loc.link(index), f"link {link} connects two hosts; hosts attach to switches")
-        if link.bw_gbps <= 0:
-            raise _fail(loc, loc.link(index), f"bw_gbps must be positive, got {link.bw_gbps}")
+        if not (math.isfinite(link.bw_gbps) and link.bw_gbps > 0):
+            raise _fail(loc, loc.link(index), f"bw_gbps must be a finite number > 0, got {link.bw_gbps}")
 
     linked = {ref.node for ref in used}
     for node in fabric.nodes.values():

@@ -20,6 +20,7 @@ Port conventions (documented because cabling plans and OpenSM dumps refer to the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,6 +28,9 @@ from topologies.errors import TopologyError
 from topologies.model import MAX_PORTS, Fabric, Link, Node, NodeKind, PortRef, make_guid
 
 DEFAULT_BW_GBPS = 400.0
+#: A k=64 fat-tree (65,536 hosts, a 13 MB file) takes half a minute to load; k=254 would build 4 million
+#: hosts for minutes and gigabytes.  Leaf-spine and rail fabrics stay below this through the radix limit.
+MAX_GENERATED_HOSTS = 65_536
 
 
 class _Builder:
@@ -58,8 +62,14 @@ def _require(condition: bool, field: str, message: str) -> None:
         raise TopologyError(message, field=field)
 
 
-def _check_radix(ports: int, what: str) -> None:
-    _require(ports <= MAX_PORTS, "generator", f"{what} would need {ports} ports (at most {MAX_PORTS})")
+def _positive(value: float) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def _check_radix(ports: int, what: str, parts: str = "") -> None:
+    """`parts` says which parameters add up to the ports, so the error names what to change."""
+    of = f"{parts}, " if parts else ""
+    _require(ports <= MAX_PORTS, "generator", f"{what} would need {ports} ports ({of}at most {MAX_PORTS})")
 
 
 def fat_tree(k: int, bw_gbps: float = DEFAULT_BW_GBPS) -> Fabric:
@@ -70,8 +80,13 @@ def fat_tree(k: int, bw_gbps: float = DEFAULT_BW_GBPS) -> Fabric:
         "generator.k",
         f"k must be an even integer >= 2, got {k}",
     )
-    _require(bw_gbps > 0, "generator.bw_gbps", f"bw_gbps must be positive, got {bw_gbps}")
+    _require(_positive(bw_gbps), "generator.bw_gbps", f"bw_gbps must be a finite number > 0, got {bw_gbps}")
     _check_radix(k, f"a k={k} fat-tree")
+    _require(
+        k**3 // 4 <= MAX_GENERATED_HOSTS,
+        "generator.k",
+        f"a k={k} fat-tree has {k**3 // 4:,} hosts (at most {MAX_GENERATED_HOSTS:,}: k <= 64)",
+    )
     half = k // 2
     b = _Builder()
     hosts_per_pod = half * half
@@ -120,11 +135,16 @@ def leaf_spine(
         hosts_per_leaf >= 1, "generator.hosts_per_leaf", f"hosts_per_leaf must be >= 1, got {hosts_per_leaf}"
     )
     _require(parallel >= 1, "generator.parallel", f"parallel must be >= 1, got {parallel}")
-    _require(bw_gbps > 0 and up_bw > 0, "generator.bw_gbps", "bandwidths must be positive")
+    _require(_positive(bw_gbps), "generator.bw_gbps", f"bw_gbps must be a finite number > 0, got {bw_gbps}")
+    _require(
+        _positive(up_bw),
+        "generator.uplink_bw_gbps",
+        f"uplink_bw_gbps must be a finite number > 0, got {up_bw}",
+    )
     leaf_ports = hosts_per_leaf + spines * parallel
     spine_ports = leaves * parallel
-    _check_radix(leaf_ports, "a leaf")
-    _check_radix(spine_ports, "a spine")
+    _check_radix(leaf_ports, "a leaf", "hosts_per_leaf + spines x parallel")
+    _check_radix(spine_ports, "a spine", "leaves x parallel")
     b = _Builder()
     for h in range(leaves * hosts_per_leaf):
         b.add(f"h{h + 1}", NodeKind.HOST, 1)
@@ -183,7 +203,7 @@ def rail(
     _require(servers >= 1, "generator.servers", f"servers must be >= 1, got {servers}")
     _require(gpus >= 1, "generator.gpus", f"gpus must be >= 1, got {gpus}")
     _require(groups >= 1, "generator.groups", f"groups must be >= 1, got {groups}")
-    _require(bw_gbps > 0, "generator.bw_gbps", f"bw_gbps must be positive, got {bw_gbps}")
+    _require(_positive(bw_gbps), "generator.bw_gbps", f"bw_gbps must be a finite number > 0, got {bw_gbps}")
     if spines is None and parallel is None:
         spines, parallel = servers, 1
     elif spines is None:
@@ -202,8 +222,8 @@ def rail(
     leaf_ports = servers + spines * parallel
     leaves = groups * gpus
     spine_ports = leaves * parallel
-    _check_radix(leaf_ports, "a rail leaf")
-    _check_radix(spine_ports, "a spine")
+    _check_radix(leaf_ports, "a rail leaf", "servers + spines x parallel")
+    _check_radix(spine_ports, "a spine", "groups x gpus x parallel")
     b = _Builder()
     for g in range(groups):
         for s in range(servers):

@@ -9,7 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from topologies.model import Fabric
+
 _UNITS = {"K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
+#: What the emulator can shape per link: Mininet's TCLink caps HTB at 1 Gb/s, and rates go to tc with three
+#: decimals of Mb/s (anything smaller would be "0.000mbit").
+MAX_SHAPED_MBPS = 1000.0
+MIN_SHAPED_MBPS = 0.001
 
 
 @dataclass(frozen=True)
@@ -21,7 +27,8 @@ class Scale:
 
     @classmethod
     def parse(cls, text: str) -> Scale:
-        match = re.fullmatch(r"\s*([\d.]+)\s*([KMGT])\s*=\s*([\d.]+)\s*([KMGT])\s*", text.upper())
+        number = r"(\d+(?:\.\d*)?|\.\d+)"
+        match = re.fullmatch(rf"\s*{number}\s*([KMGT])\s*=\s*{number}\s*([KMGT])\s*", text.upper())
         if not match:
             raise ValueError(f"scale {text!r}: expected REAL=EMULATED like 400G=200M")
         try:
@@ -36,8 +43,25 @@ class Scale:
     def mbps(self, bw_gbps: float) -> float:
         return bw_gbps * self.emulated_gbps / self.real_gbps * 1000.0
 
+    def check(self, fabric: Fabric) -> None:
+        """Raise ValueError unless every link of `fabric` scales into what HTB can shape here: the one
+        validator behind `scenario check`, `scenario run` and `emulate up`, so a check never passes what a
+        run refuses."""
+        for link in fabric.links:
+            rate = self.mbps(link.bw_gbps)
+            if rate > MAX_SHAPED_MBPS:
+                raise ValueError(
+                    f"link {link}: {link.bw_gbps:g} Gb/s scales to {rate:g} Mb/s, above what Mininet's "
+                    f"TCLink shapes ({MAX_SHAPED_MBPS:g} Mb/s); choose a smaller scale"
+                )
+            if rate < MIN_SHAPED_MBPS:
+                raise ValueError(
+                    f"link {link}: {link.bw_gbps:g} Gb/s scales to {rate:g} Mb/s, below the smallest rate "
+                    f"HTB is given here ({MIN_SHAPED_MBPS:g} Mb/s); choose a larger scale"
+                )
+
     def __str__(self) -> str:
         return f"{self.real_gbps:g}G={self.emulated_gbps * 1000:g}M"
 
 
-__all__ = ["Scale"]
+__all__ = ["MAX_SHAPED_MBPS", "MIN_SHAPED_MBPS", "Scale"]

@@ -96,35 +96,154 @@ def format_path(path: Sequence[PathItem]) -> str:
     return text
 
 
-def _check_duplicate_keys(node: yaml.Node, file: str) -> None:
-    """PyYAML silently keeps the last of two equal keys; a topology with two `leaf1:` entries must fail."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, yaml.MappingNode):
-            seen: dict[str, int] = {}
-            for key, value in current.value:
-                if isinstance(key, yaml.ScalarNode):
-                    line = key.start_mark.line + 1
-                    if key.value in seen:
-                        raise InputError(
-                            f"duplicate key {key.value!r} (first at line {seen[key.value]})",
-                            file=file,
-                            line=line,
-                        )
-                    seen[key.value] = line
-                stack.append(value)
-        elif isinstance(current, yaml.SequenceNode):
-            stack.extend(current.value)
+#: Deeper nesting than this is not a fabriclab file (they are a handful of levels deep); libyaml's composer
+#: recurses in C and crashes the interpreter somewhere past 20,000 levels, so depth is checked on events.
+MAX_DEPTH = 100
+#: Aliases may add at most this many nodes (or twice the nodes written in the file, if more) to what the
+#: file spells out: enough for `<<: *defaults` on every entry, not for a "billion laughs" file.
+MAX_ALIAS_NODES = 100_000
+#: A longer integer is a mistake (Python refuses to convert more than 4,300 decimal digits anyway).
+MAX_INT_CHARS = 100
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+def _compose(text: str, file: str) -> yaml.Node | None:
+    """The node tree of one YAML document, built from parser events without recursion.
+
+    PyYAML's own composer (in C with libyaml) walks any nesting recursively, lets an alias refer to the node
+    it is inside (a cyclic graph that makes every later walk endless) and shares aliased nodes without
+    counting what they expand to.  This one refuses those with a located error, counts the size of every
+    subtree as it closes, so an alias costs O(1) here and its expansion is known, and rejects duplicate keys
+    (PyYAML keeps the last of two equal keys silently; a topology with two `leaf1:` entries must fail).
+    Valid documents give the same tree, tags and marks as `yaml.compose`.
+    """
+    resolver: Any = _Loader("")
+    root: yaml.Node | None = None
+    documents = 0
+    stack: list[_Open] = []  # collections opened and not yet closed, outermost first
+    anchors: dict[str, yaml.Node] = {}
+    sizes: dict[int, int] = {}  # id(anchored node) -> how many nodes it stands for, aliases expanded
+    written = 0  # nodes spelt out in the file
+    added = 0  # nodes that aliases add on top
+    event: Any
+    for event in yaml.parse(text, Loader=_Loader):
+        start: Any = event.start_mark  # libyaml's marks (yaml._yaml.Mark) stand in for yaml.Mark
+        end: Any = event.end_mark
+        anchor: Any = getattr(event, "anchor", None)
+        line = start.line + 1 if start is not None else None
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise InputError(
+                    "more than one YAML document (`---`): a fabriclab file holds one", file=file, line=line
+                )
+            continue
+        if isinstance(event, yaml.AliasEvent):
+            target = anchors.get(anchor)
+            if target is None:
+                raise InputError(f"undefined alias *{anchor}", file=file, line=line)
+            if any(frame.node is target for frame in stack):
+                raise InputError(f"recursive alias *{anchor} (it is inside &{anchor})", file=file, line=line)
+            size = sizes[id(target)]
+            added += size
+            limit = max(MAX_ALIAS_NODES, 2 * written)
+            if added > limit:
+                raise InputError(
+                    f"aliases expand to more than {limit:,} nodes (a 'billion laughs' file?); "
+                    "write the values out instead",
+                    file=file,
+                    line=line,
+                )
+            _attach(stack, target, size, file)
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            frame = stack.pop()
+            frame.node.end_mark = end
+            if frame.anchored:
+                sizes[id(frame.node)] = frame.size
+            if stack:
+                _attach(stack, frame.node, frame.size, file)
+            else:
+                root = frame.node
+            continue
+        node: yaml.Node
+        if isinstance(event, yaml.ScalarEvent):
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
+            if tag == _INT_TAG and len(event.value) > MAX_INT_CHARS:
+                raise InputError(
+                    f"an integer of {len(event.value):,} characters (at most {MAX_INT_CHARS})",
+                    file=file,
+                    line=line,
+                )
+            node = yaml.ScalarNode(tag, event.value, start, end, style=event.style)
+        elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            kind = yaml.SequenceNode if isinstance(event, yaml.SequenceStartEvent) else yaml.MappingNode
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = resolver.resolve(kind, None, event.implicit)
+            node = kind(tag, [], start, None, flow_style=event.flow_style)
+        else:
+            continue  # stream and document boundaries
+        written += 1
+        if anchor is not None:
+            anchors[anchor] = node
+        if isinstance(node, yaml.ScalarNode):
+            if anchor is not None:
+                sizes[id(node)] = 1
+            if stack:
+                _attach(stack, node, 1, file)
+            else:
+                root = node
+            continue
+        if len(stack) >= MAX_DEPTH:
+            raise InputError(f"nested more than {MAX_DEPTH} levels deep", file=file, line=line)
+        stack.append(_Open(node, anchored=anchor is not None))
+    return root
+
+
+@dataclass
+class _Open:
+    """A collection being composed: its node, how many nodes it stands for so far, and for a mapping the
+    key waiting for its value and the keys seen (for duplicates)."""
+
+    node: yaml.Node
+    anchored: bool
+    size: int = 1
+    pending_key: yaml.Node | None = None
+    keys: dict[str, int] | None = None
+
+
+def _attach(stack: list[_Open], child: yaml.Node, size: int, file: str) -> None:
+    frame = stack[-1]
+    frame.size += size
+    if isinstance(frame.node, yaml.SequenceNode):
+        frame.node.value.append(child)
+        return
+    if frame.pending_key is None:
+        frame.pending_key = child
+        if isinstance(child, yaml.ScalarNode):
+            keys = frame.keys if frame.keys is not None else {}
+            frame.keys = keys
+            line = child.start_mark.line + 1 if child.start_mark is not None else 0
+            if child.value in keys:
+                raise InputError(
+                    f"duplicate key {child.value!r} (first at line {keys[child.value]})", file=file, line=line
+                )
+            keys[child.value] = line
+        return
+    frame.node.value.append((frame.pending_key, child))
+    frame.pending_key = None
 
 
 def load_document(text: str, file: str) -> Document:
-    """Parse one YAML document; syntax errors and duplicate keys become `InputError`s with a line."""
+    """Parse one YAML document; syntax errors, duplicate keys, recursive or runaway aliases and absurd
+    nesting become `InputError`s with a line."""
     try:
-        root = yaml.compose(text, Loader=_Loader)
+        root = _compose(text, file)
         if root is None:
             raise InputError("the file is empty", file=file, line=1)
-        _check_duplicate_keys(root, file)
         constructor = _Loader("")
         data = constructor.construct_document(root)
     except yaml.MarkedYAMLError as exc:
@@ -134,6 +253,10 @@ def load_document(text: str, file: str) -> Document:
         raise InputError(f"invalid YAML: {problem}", file=file, line=line) from None
     except yaml.YAMLError as exc:
         raise InputError(f"invalid YAML: {exc}", file=file) from None
+    except ValueError as exc:  # a scalar the constructor cannot convert; InputError is a ValueError too
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"invalid value: {exc}", file=file) from None
     return Document(data=data, root=root, file=file)
 
 

@@ -20,6 +20,12 @@ from dataclasses import dataclass
 
 from traffic.errors import TrafficError
 
+#: Longer than any published context window (10 million tokens).
+MAX_PROMPT_TOKENS = 10_000_000
+#: The messages of one workload are held in memory (about 280 bytes each): a 128k-token llama3-70b prompt
+#: in 16-token pages is 640,000 of them; a million bounds what one command may allocate.
+MAX_MESSAGES = 1_000_000
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -158,6 +164,19 @@ def kv_transfer(
     tokens = _positive_int(prompt_tokens, "prompt_tokens")
     page = _positive_int(page_tokens, "page_tokens")
     n_requests = _positive_int(requests, "requests")
+    if tokens > MAX_PROMPT_TOKENS:
+        raise TrafficError(
+            f"at most {MAX_PROMPT_TOKENS:,} tokens (longer than any model's context), got {tokens:,}",
+            field="prompt_tokens",
+        )
+    n_messages = n_requests * model.layers * -(-tokens // page)
+    if n_messages > MAX_MESSAGES:
+        raise TrafficError(
+            f"{n_requests:,} request(s) x {model.layers} layers x {-(-tokens // page):,} pages = "
+            f"{n_messages:,} WRITEs, more than the {MAX_MESSAGES:,} one workload may have "
+            "(fewer tokens or requests, or larger pages)",
+            field="requests" if n_requests > 1 else "prompt_tokens",
+        )
     rate = _non_negative(arrival_rate_per_s, "arrival_rate_per_s")
     layer_us = _non_negative(layer_time_us, "layer_time_us")
     hosts = [prefill] if isinstance(prefill, str) else list(prefill)

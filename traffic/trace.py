@@ -37,10 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from topologies.errors import read_input_file
 from traffic.errors import TrafficError
 from traffic.kvcache import KvMessage, kv_transfer, model_shape
 from traffic.patterns import Plan, ring_allreduce
 
+#: A trace is read whole: 256 MiB is about 2.5 million records (what `fabriclab traffic plan` can write).
+MAX_TRACE_BYTES = 256 * 2**20
 KEYS = ("time_us", "src", "dst", "bytes", "qp", "tclass", "tag")
 #: The traffic class RoCE traffic conventionally uses (DSCP 26 -> priority 3, the lossless PFC class).
 ROCE_TCLASS = 3
@@ -133,6 +136,12 @@ def _parse_line(text: str) -> TraceRecord:
         obj = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
     except json.JSONDecodeError as exc:
         raise TrafficError(f"not JSON ({exc.msg} at column {exc.colno})", field="json") from None
+    except RecursionError:
+        raise TrafficError("not a trace record (nested too deeply)", field="json") from None
+    except TrafficError:
+        raise
+    except ValueError as exc:  # e.g. an integer of thousands of digits (Python's conversion limit)
+        raise TrafficError(f"not a trace record ({exc})", field="json") from None
     if not isinstance(obj, dict):
         raise TrafficError(f"expected a JSON object, got {type(obj).__name__}", field="json")
     for key in obj:
@@ -149,12 +158,7 @@ def _parse_line(text: str) -> TraceRecord:
 def read_trace(path: str | Path) -> list[TraceRecord]:
     """Every record of a trace file, each line validated; the first problem is raised as FILE:LINE: field."""
     file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TrafficError(f"cannot read: {exc.strerror or exc}", file=file) from None
-    except UnicodeDecodeError:
-        raise TrafficError("not a text file (UTF-8 expected)", file=file) from None
+    text = read_input_file(path, TrafficError, MAX_TRACE_BYTES)
     records: list[TraceRecord] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():

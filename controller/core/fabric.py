@@ -58,7 +58,14 @@ from controller.core.state import (
     RecordKind,
 )
 from controller.sm.engines.base import UnknownEngine
-from controller.sm.intents import SwitchDelta, SwitchProgram, applied, rollout
+from controller.sm.intents import (
+    MAX_GENERATION,
+    GenerationExhausted,
+    SwitchDelta,
+    SwitchProgram,
+    applied,
+    rollout,
+)
 from controller.sm.manager import Computation, SubnetContext
 from controller.sm.validation import DISCOVERY_GRACE_S
 from controller.state import SavedState
@@ -67,16 +74,10 @@ from topologies.model import PortRef
 
 #: Generations reserved on disk at a time (see the module docstring).
 GENERATION_BLOCK = 1000
-#: Cookies carry the generation in 48 bits; past this the controller refuses to compute.
-MAX_GENERATION = (1 << 48) - 1
 
 
 class StateNotSaved(RuntimeError):
     """An operator change was refused because its state could not be saved (nothing changed)."""
-
-
-class GenerationExhausted(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)

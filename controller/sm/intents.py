@@ -33,6 +33,14 @@ from controller.sm.tables import RoutingTables
 #: Top 16 bits of every fabriclab cookie; the low 48 carry the table generation.
 COOKIE_MAGIC = 0xFAB1 << 48
 COOKIE_MASK = 0xFFFF << 48
+#: The largest table generation a cookie can carry.
+MAX_GENERATION = (1 << 48) - 1
+
+
+class GenerationExhausted(ValueError):
+    """The table generation counter reached the top of the cookie's 48 bits."""
+
+
 PRIORITY_CONTROL = 1000
 PRIORITY_ROUTE = 100
 ETH_TYPE_ARP = 0x0806
@@ -49,7 +57,11 @@ def match(**fields: int) -> Match:
 
 
 def cookie_of(generation: int) -> int:
-    return COOKIE_MAGIC | (generation & ((1 << 48) - 1))
+    """The cookie of a generation's flows.  Never wraps: a wrapped cookie would look older than flows that
+    are already on the switches, and reconciliation would keep stale ones or delete fresh ones."""
+    if not 0 <= generation <= MAX_GENERATION:
+        raise GenerationExhausted(f"generation {generation} does not fit the cookie's 48 bits")
+    return COOKIE_MAGIC | generation
 
 
 def generation_of(cookie: int) -> int | None:
@@ -314,12 +326,14 @@ __all__ = [
     "COOKIE_MASK",
     "ETH_TYPE_ARP",
     "ETH_TYPE_LLDP",
+    "MAX_GENERATION",
     "PRIORITY_CONTROL",
     "PRIORITY_ROUTE",
     "Action",
     "FlowIntent",
     "FlowKey",
     "ForwardingOptions",
+    "GenerationExhausted",
     "GroupIntent",
     "GroupKind",
     "Match",

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 
 from controller.sm.addressing import AddressTable
 from controller.sm.engines import EngineRegistry, default_registry
-from controller.sm.intents import ForwardingOptions, SwitchProgram, compile_programs
+from controller.sm.intents import (
+    MAX_GENERATION,
+    ForwardingOptions,
+    GenerationExhausted,
+    SwitchProgram,
+    compile_programs,
+)
 from controller.sm.lids import LidMap, assign_lids
 from controller.sm.subnet import Subnet
 from controller.sm.tables import Hop, RouteError, RoutingTables
@@ -112,6 +118,11 @@ class SubnetContext:
         """Route the live fabric as generation `generation`: raises `UnknownEngine` before doing anything.
         With `previous` (same engine and options), switches whose rows are unchanged keep their programs."""
         router = self.registry.create(engine)
+        if generation > MAX_GENERATION:
+            raise GenerationExhausted(
+                f"table generation {generation - 1} is the last the 48-bit cookie can carry; "
+                "start the controller on a fresh state directory"
+            )
         live, lost = self.live_fabric(ports_down)
         subnet = Subnet.build(live, assign_lids(live, previous=self.lids))
         tables = router.route(subnet)

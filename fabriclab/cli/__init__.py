@@ -18,14 +18,14 @@ from fabriclab.cli import serve as serve_cmd
 from fabriclab.cli import sim as sim_cmd
 from fabriclab.cli import topo as topo_cmd
 from fabriclab.cli import traffic as traffic_cmd
-from fabriclab.cli.common import CliError
+from fabriclab.cli.common import CliError, OneLineParser
 from topologies.errors import InputError
 
 EXIT_BAD_INPUT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="fabriclab",
         description="AI-cluster fabric controller and testbed: topologies, routing, verification.",
     )

@@ -9,6 +9,7 @@ or with `--no-cli` it waits for Ctrl-C/SIGTERM.  Teardown removes only what it c
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -23,9 +24,8 @@ from emulation.ovs import OvsDaemon
 from emulation.runner import run_scenario
 from emulation.scenario import load_scenario
 from emulation.session import UpOptions, run_up
-from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, integer, load_fabric
 from fabriclab.cli.progress import console_progress
-from fabriclab.cli.serve import endpoint
 
 
 def register(commands: Any) -> None:
@@ -46,7 +46,9 @@ def register(commands: Any) -> None:
     up.add_argument(
         "--openflow", default="127.0.0.1:6653", help="OpenFlow address of the controller this starts"
     )
-    up.add_argument("--mtu", type=int, default=1500)
+    up.add_argument(
+        "--mtu", type=integer(576, 9216), default=1500, help="interface MTU, 576..9216 (default 1500)"
+    )
     up.add_argument("--emu-api", default="127.0.0.1:8081", help="the emulator's fault-injection REST API")
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: wait for Ctrl-C or SIGTERM")
     up.add_argument(
@@ -67,6 +69,10 @@ def register(commands: Any) -> None:
     run.add_argument("file", type=Path)
     run.add_argument("-o", "--output", type=Path, default=Path("results"), help="results folder")
     run.set_defaults(handler=scenario_run)
+
+
+#: A day: longer is not waiting for a controller, it is hanging.
+MAX_READY_TIMEOUT_S = 86400
 
 
 def _prerequisites() -> OvsDaemon:
@@ -90,6 +96,10 @@ def scenario_check(args: argparse.Namespace) -> int:
 
 def scenario_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.file)
+    try:  # a results folder that cannot be written fails now, not after the whole run
+        args.output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"-o/--output: cannot create results folder {args.output}: {exc.strerror}") from None
     daemon = _prerequisites()
     stop_on_signals()
     try:
@@ -118,19 +128,34 @@ def emulate_up(args: argparse.Namespace) -> int:
     fabric = load_fabric(args.topology)
     emu_api = endpoint(args.emu_api, "--emu-api")  # bad input fails before anything is built
     remote_api = endpoint(args.controller_api, "--controller-api") if args.controller_api else None
-    if not args.ready_timeout > 0:
-        raise CliError(f"--ready-timeout: must be a positive number of seconds, not {args.ready_timeout:g}")
+    if not (math.isfinite(args.ready_timeout) and 0 < args.ready_timeout <= MAX_READY_TIMEOUT_S):
+        raise CliError(
+            f"--ready-timeout: must be a positive number of seconds, not {args.ready_timeout:g} "
+            f"(at most {MAX_READY_TIMEOUT_S})"
+        )
     if remote_api is not None and args.controller is None:
         raise CliError("--controller-api: only with --controller (a controller this starts is waited for)")
-    try:
-        scale = Scale.parse(args.scale) if args.scale else None
-    except ValueError as exc:
-        raise CliError(f"--scale: {exc}") from None
     api, openflow = endpoint(args.api, "--api"), endpoint(args.openflow, "--openflow")
+    listeners = [("--emu-api", emu_api)]
     if args.controller is None:
-        SubnetManager(fabric).registry.create(args.engine)  # an unknown engine fails before building
+        listeners += [("--openflow", openflow), ("--api", api)]
         if openflow[0] != api[0]:
             raise CliError("--openflow and --api: the controller this starts listens on one host")
+    else:  # what MininetFabric (Mininet's RemoteController) accepts
+        proto, *address = args.controller.split(":")
+        if proto != "tcp" or len(address) != 2:
+            raise CliError(f"--controller: expected tcp:HOST:PORT, got {args.controller!r}")
+        endpoint(":".join(address), "--controller")
+    check_distinct(listeners)
+    try:
+        scale = Scale.parse(args.scale) if args.scale else None
+        if scale is not None:
+            scale.check(fabric)  # the same check a scenario gets, before anything is started
+    except ValueError as exc:
+        raise CliError(f"--scale: {exc}") from None
+    if args.controller is None:
+        SubnetManager(fabric).registry.create(args.engine)  # an unknown engine fails before building
+    check_bindable(listeners)
     try:
         token = token_from_env(os.environ.get(TOKEN_ENV))
     except ValueError as exc:

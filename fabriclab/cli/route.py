@@ -95,6 +95,11 @@ def cmd_route(args: argparse.Namespace) -> int:
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     if dump_dir is not None and dump_dir.exists() and not dump_dir.is_dir():
         raise CliError(f"--dump-dir: {dump_dir} exists and is not a directory")
+    if dump_dir is not None:
+        try:  # fail before routing, not after
+            dump_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"--dump-dir: cannot create {dump_dir}: {exc.strerror or exc}") from None
 
     subnet = Subnet.build(fabric)
     started = time.perf_counter()
@@ -105,10 +110,9 @@ def cmd_route(args: argparse.Namespace) -> int:
     report = build_report(tables, verification, figures, route_s, extra)
 
     if dump_dir is not None:
-        dump_dir.mkdir(parents=True, exist_ok=True)
-        write_text(format_lfts(tables), str(dump_dir / "opensm-lfts.dump"))
-        write_text(format_subnet_lst(subnet, args.sm_node), str(dump_dir / "opensm-subnet.lst"))
-        write_text(json.dumps(report, indent=2) + "\n", str(dump_dir / "report.json"))
+        write_text(format_lfts(tables), dump_dir / "opensm-lfts.dump", "--dump-dir")
+        write_text(format_subnet_lst(subnet, args.sm_node), dump_dir / "opensm-subnet.lst", "--dump-dir")
+        write_text(json.dumps(report, indent=2) + "\n", dump_dir / "report.json", "--dump-dir")
     if args.json:
         print(json.dumps(report, indent=2))
     elif args.report or not dump_dir:

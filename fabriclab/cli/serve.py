@@ -11,28 +11,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import signal
-import socket
 import threading
 from pathlib import Path
 from typing import Any
 
+from controller.sm.engines import UnknownEngine, default_registry
 from controller.sm.intents import ForwardingOptions
 from controller.state import StateError, StateStore
-from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, load_fabric, real
 from topologies.scale import Scale
 
 LOG = logging.getLogger("fabriclab")
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
-
-
-def endpoint(text: str, option: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
-        raise CliError(f"{option}: expected HOST:PORT, got {text!r}")
-    return host, int(port)
 
 
 def register(commands: Any) -> None:
@@ -48,9 +40,19 @@ def register(commands: Any) -> None:
     )
     p.add_argument("--no-fast-failover", action="store_true", help="plain outputs instead of failover groups")
     p.add_argument("--multipath", action="store_true", help="select groups over equal-cost ports")
-    p.add_argument("--lldp-interval", type=float, default=10.0, metavar="S", help="LLDP probe period")
     p.add_argument(
-        "--stats-interval", type=float, default=2.0, metavar="S", help="port counter polling period"
+        "--lldp-interval",
+        type=real(0.1, 3600, " seconds"),
+        default=10.0,
+        metavar="S",
+        help="LLDP probe period, 0.1..3600 s (default %(default)s)",
+    )
+    p.add_argument(
+        "--stats-interval",
+        type=real(0.05, 3600, " seconds"),
+        default=2.0,
+        metavar="S",
+        help="port counter polling period, 0.05..3600 s (default %(default)s)",
     )
     p.add_argument(
         "--capacity-scale",
@@ -68,9 +70,8 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     of_host, of_port = endpoint(args.openflow, "--openflow")
     api_host, api_port = endpoint(args.api, "--api")
-    for option, value in (("--lldp-interval", args.lldp_interval), ("--stats-interval", args.stats_interval)):
-        if not math.isfinite(value) or not 0.05 <= value <= 3600:
-            raise CliError(f"{option}: must be a number of seconds within 0.05..3600, not {value!r}")
+    listeners = [("--openflow", (of_host, of_port)), ("--api", (api_host, api_port))]
+    check_distinct(listeners)
     try:
         scale = Scale.parse(args.capacity_scale) if args.capacity_scale else None
     except ValueError as exc:
@@ -97,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         token = token_from_env(os.environ.get(TOKEN_ENV))
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    if args.engine is not None and args.engine not in default_registry():
+        default_registry().create(args.engine)  # raises UnknownEngine: one line naming the choices
     store = StateStore(args.state_dir) if args.state_dir else None
 
     def chosen(saved: Config) -> Config:
@@ -107,13 +110,16 @@ def run(args: argparse.Namespace) -> int:
         return Config(engine, options)
 
     try:
+        if store is not None:
+            store.lock()  # held until the process exits: one controller per state directory
         service = FabricService.for_fabric(fabric, store, chosen, lldp_interval_s=args.lldp_interval,
                                            stats_interval_s=args.stats_interval)  # fmt: skip
     except (StateError, GenerationExhausted) as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(f"--state-dir: {exc}") from None
+    except UnknownEngine as exc:  # --engine was checked above: this is the saved one
+        raise CliError(f"--state-dir: {store.path if store else ''}: engine: {exc}") from None
     state = service.snapshot().state
-    for host, port, what in ((of_host, of_port, "--openflow"), (api_host, api_port, "--api")):
-        _check_bindable(host, port, what)
+    check_bindable(listeners)
     extra_hosts = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
     observability = Observability.for_service(service.snapshot, scale, token_required=token is not None)
     app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts), observability)
@@ -164,21 +170,6 @@ def run(args: argparse.Namespace) -> int:
     rest.stop()
     LOG.info("stopped")
     return 0 if stop.is_set() else 1
-
-
-def _check_bindable(host: str, port: int, what: str) -> None:
-    """Fail with a clear message before starting anything if an address is taken or invalid."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise CliError(f"{what}: cannot resolve {host!r}: {exc}") from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            raise CliError(f"{what}: cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 __all__ = ["endpoint", "register", "run"]

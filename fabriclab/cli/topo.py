@@ -8,12 +8,14 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from fabriclab.cli.common import load_fabric, write_text
+from fabriclab.cli.common import CliError, load_fabric, real, write_text
 from topologies.checks import check_fabric
+from topologies.errors import TopologyError
 from topologies.generators import generate
 from topologies.ibnet import dump_ibnet, load_ibnet
 from topologies.loader import dump_yaml
 from topologies.model import Fabric
+from topologies.schema import NAME_RE
 
 
 def register(commands: Any) -> None:
@@ -56,7 +58,7 @@ def register(commands: Any) -> None:
     imp.add_argument("--name", help="fabric name (default: the file name)")
     imp.add_argument(
         "--bw-gbps",
-        type=float,
+        type=real(0.001, 1e6, " Gb/s"),
         default=10.0,
         help="bandwidth of links whose speed the dump does not give (default 10: ibsim's 4x SDR)",
     )
@@ -93,7 +95,15 @@ def _generator_params(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     params = _generator_params(args)
-    fabric = generate(args.kind, **params)
+    _check_name(args.name)
+    try:
+        fabric = generate(args.kind, **params)
+    except TopologyError as exc:
+        if exc.field and exc.field.startswith("generator."):  # name the option the user typed
+            raise CliError(
+                f"--{exc.field.removeprefix('generator.').replace('_', '-')}: {exc.message}"
+            ) from None
+        raise CliError(f"{args.kind}: {exc.message}") from None
     check_fabric(fabric)
     if args.name:
         fabric = replace(fabric, name=args.name)
@@ -129,7 +139,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_name(name: str | None) -> None:
+    """`--name` must be a name the written file can be read back with."""
+    if name is not None and not NAME_RE.match(name):
+        raise CliError(f"--name: bad fabric name {name[:40]!r}: use letters, digits and _ . : / @ + -")
+
+
 def cmd_import(args: argparse.Namespace) -> int:
+    _check_name(args.name)
     fabric = load_ibnet(args.file, name=args.name, default_bw_gbps=args.bw_gbps)
     _write_topology(fabric, f"imported by: fabriclab topo import-ibnet {args.file}", args.output)
     return 0

@@ -18,13 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from controller.sm.manager import SubnetManager
-from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli.common import CliError, integer, load_fabric, output_file
 from traffic.errors import TrafficError, parse_hosts, parse_size
 from traffic.kvcache import KvMessage, kv_transfer, model_shape, summary
 from traffic.patterns import Plan, bus_factor, hotspot, incast, permutation, plan
 from traffic.trace import from_kv, from_plan, write_trace
 
 DEFAULT_TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "fat-tree-k4.yaml"
+#: InfiniBand path MTUs (what a RoCE NIC negotiates); BTH packets carry at most this much payload.
+ROCE_MTUS = (256, 512, 1024, 2048, 4096)
+#: About 2 GB of pcap at a 1 KiB MTU: a bound on one command's output.
+MAX_PCAP_FRAMES = 2_000_000
 COLLECTIVES = {
     ("allreduce", "ring"): "allreduce-ring",
     ("allreduce", "hd"): "allreduce-hd",
@@ -68,8 +72,15 @@ def register(commands: Any) -> None:
         p.add_argument("--json", action="store_true", help="(plan) JSON instead of text")
         p.add_argument("--trace", type=Path, help="(plan) also write the workload as a congestion trace")
         p.add_argument("-o", "--output", type=Path, help="(pcap) output file")
-        p.add_argument("--mtu", type=int, default=1024, help="(pcap) RoCE path MTU")
-        p.add_argument("--pkey", type=lambda s: int(s, 0), default=0xFFFF, help="(pcap) BTH partition key")
+        p.add_argument(
+            "--mtu", type=int, choices=ROCE_MTUS, default=1024, help="(pcap) RoCE path MTU (default 1024)"
+        )
+        p.add_argument(
+            "--pkey",
+            type=integer(0x0001, 0xFFFF, base=0, show=lambda v: f"0x{v:04x}"),
+            default=0xFFFF,
+            help="(pcap) BTH partition key, 16 bits (default 0xffff)",
+        )
         p.set_defaults(handler=run_plan if action == "plan" else run_pcap)
 
 
@@ -110,7 +121,20 @@ def _workload(args: argparse.Namespace) -> Plan | list[KvMessage]:
             raise TrafficError(f"no {algo!r} algorithm for {args.workload}", field="algo")
         return plan(kind, ranks, size)
     except TrafficError as exc:
+        option = _OPTION_OF.get(exc.field or "", exc.field)
+        if option is not None and not exc.file and f"--{option}" not in exc.message:
+            raise CliError(f"--{option.replace('_', '-')}: {exc.message}") from None
         raise CliError(str(exc)) from None
+
+
+#: TrafficError fields whose option has another name (the rest are the option with `-` for `_`).
+_OPTION_OF = {
+    "arrival_rate_per_s": "rate",
+    "hot": "to",
+    "receiver": "to",
+    "hosts": "ranks",
+    "size_bytes": "size",
+}
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -132,7 +156,11 @@ def run_plan(args: argparse.Namespace) -> int:
         info = {"workload": "kv-transfer", **summary(work)}
         records = from_kv(work)
     if args.trace:
-        write_trace(args.trace, records)
+        with output_file(args.trace, "--trace") as tmp:
+            try:
+                write_trace(tmp, records)
+            except TrafficError as exc:
+                raise CliError(f"--trace: {exc.message}") from None
         info["trace"] = str(args.trace)
     if args.json:
         print(json.dumps(info, indent=2))
@@ -162,8 +190,14 @@ def run_pcap(args: argparse.Namespace) -> int:
     addresses = SubnetManager(load_fabric(args.topology)).addresses
     # QPs 0 and 1 are InfiniBand's management QPs (SMI/GSI): data QPs start at 0x100.
     records = from_kv(work, qp_base=0x100) if not isinstance(work, Plan) else from_plan(work, qp_base=0x100)
+    frames = sum(max(1, -(-r.size_bytes // args.mtu)) for r in records)
+    if frames > MAX_PCAP_FRAMES:
+        raise CliError(
+            f"-o/--output: {frames:,} frames at MTU {args.mtu}, more than one pcap may have "
+            f"({MAX_PCAP_FRAMES:,}); use a smaller workload or a larger --mtu"
+        )
     writer = _MessageWriter(args.mtu, args.pkey)
-    with PcapWriter(str(args.output), sync=False, linktype=1) as pcap:
+    with output_file(args.output) as tmp, PcapWriter(str(tmp), sync=False, linktype=1) as pcap:
         pcap.write_header(None)  # write_packet (used for explicit timestamps) does not write it
         for record in records:
             src, dst = addresses.of_host(record.src), addresses.of_host(record.dst)
