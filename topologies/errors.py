@@ -7,6 +7,7 @@ CLI can print one line and exit 2, and the REST layer can answer 422 with the sa
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 
@@ -42,9 +43,15 @@ class InputError(ValueError):
 
 
 def read_input_file(path: str | Path, error: type[InputError] = InputError) -> str:
-    """A user's text file, or one located error saying why it cannot be read."""
+    """A user's text file (gzip-compressed if it ends in .gz), or one located error saying why it cannot be
+    read."""
     try:
+        if str(path).endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                return handle.read()
         return Path(path).read_text(encoding="utf-8")
+    except (gzip.BadGzipFile, EOFError):
+        raise error("not a gzip file", file=str(path)) from None
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
     except UnicodeDecodeError:

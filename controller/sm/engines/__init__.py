@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from controller.sm.engines.base import EngineRegistry, RoutingEngine, UnknownEngine
+from controller.sm.engines.base import (
+    EngineNotApplicable,
+    EngineRegistry,
+    RoutingEngine,
+    UnknownEngine,
+    select_engine,
+)
 from controller.sm.engines.ftree import FatTreeEngine
 from controller.sm.engines.minhop import MinHopEngine
 from controller.sm.engines.sssp import SsspEngine
@@ -18,6 +24,7 @@ def default_registry() -> EngineRegistry:
 
 
 __all__ = [
+    "EngineNotApplicable",
     "EngineRegistry",
     "FatTreeEngine",
     "MinHopEngine",
@@ -26,4 +33,5 @@ __all__ = [
     "UnknownEngine",
     "UpDownEngine",
     "default_registry",
+    "select_engine",
 ]
