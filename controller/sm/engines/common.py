@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from controller.sm.paths import blocks
-from controller.sm.subnet import NO_PORT, U8, Bool, Subnet
+from controller.sm.subnet import I64, NO_PORT, U8, Bool, Subnet
 
 MaskFn = Callable[[npt.NDArray[np.intp]], Bool]
 
@@ -39,6 +39,14 @@ class TargetMasks:
         return self._mask
 
 
+def port_order(subnet: Subnet, pos: I64) -> npt.NDArray[np.intp]:
+    """Per switch, its ports sorted by (position of the switch behind, port number); non-switch ports last."""
+    n, width = subnet.n_switches, subnet.n_ports
+    far_pos = np.where(subnet.nbr >= 0, np.append(pos, n)[np.where(subnet.nbr >= 0, subnet.nbr, n)], n + 1)
+    ports = np.broadcast_to(np.arange(width), (n, width))
+    return np.lexsort((ports, far_pos), axis=1).astype(np.intp)
+
+
 def balance_locally(subnet: Subnet, alt: U8, lft: U8) -> None:
     """OpenSM's minhop port choice: for each destination in LID order, every switch takes the candidate port
     that already carries the fewest destinations (lowest port number on ties).  Vectorised over switches.
@@ -59,4 +67,4 @@ def balance_locally(subnet: Subnet, alt: U8, lft: U8) -> None:
         lft[:, lid] = np.where(routed, choice, NO_PORT)
 
 
-__all__ = ["TargetMasks", "alternatives", "balance_locally"]
+__all__ = ["TargetMasks", "alternatives", "balance_locally", "port_order"]

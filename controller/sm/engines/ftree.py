@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from controller.sm.engines.base import RoutingEngine
+from controller.sm.engines.common import port_order
 from controller.sm.hostorder import HostOrder, host_order, switch_positions
 from controller.sm.orientation import Orientation, orient
 from controller.sm.paths import UpDownCandidates, blocks
@@ -44,14 +45,6 @@ from controller.sm.tables import RoutingTables, new_lft, set_local_routes
 from controller.sm.treecheck import tree_problem
 
 _DIV_CAP = 1 << 30
-
-
-def port_order(subnet: Subnet, pos: I64) -> npt.NDArray[np.intp]:
-    """Per switch, its ports sorted by (position of the switch behind, port number); non-switch ports last."""
-    n, width = subnet.n_switches, subnet.n_ports
-    far_pos = np.where(subnet.nbr >= 0, np.append(pos, n)[np.where(subnet.nbr >= 0, subnet.nbr, n)], n + 1)
-    ports = np.broadcast_to(np.arange(width), (n, width))
-    return np.lexsort((ports, far_pos), axis=1).astype(np.intp)
 
 
 def digit_divisors(subnet: Subnet, o: Orientation) -> I64:
@@ -219,4 +212,4 @@ class FatTreeEngine(RoutingEngine):
         return np.where(degraded, repaired, chosen)
 
 
-__all__ = ["FatTreeEngine", "destination_numbers", "digit_divisors", "port_order"]
+__all__ = ["FatTreeEngine", "destination_numbers", "digit_divisors"]
