@@ -54,6 +54,8 @@ class OpenSmRun:
     subnet_up_s: float | None
     peak_rss_mb: float | None
     engine_used: str | None
+    #: dfsssp: virtual lanes its layering needed (it falls back to minhop beyond those available).
+    vls_needed: int | None = None
     dumps: dict[str, str] = field(default_factory=dict)
     error: str | None = None
 
@@ -134,7 +136,9 @@ def run_opensm(net_file: Path, engine: str, workdir: Path | None = None, timeout
         }
         ok = done.returncode == 0 and route_s is not None
         error = None if ok else f"exit {done.returncode} after {time.monotonic() - started:.1f} s; see {work}"
-        return OpenSmRun(engine, ok, route_s, up_s, rss, used, dumps, error)
+        needed = re.findall(r"Virtual Lanes needed: (\d+)", log)
+        vls = int(needed[-1]) if needed else None
+        return OpenSmRun(engine, ok, route_s, up_s, rss, used, vls, dumps, error)
     finally:
         if own and work.exists():
             shutil.rmtree(work, ignore_errors=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from topologies.direct import dragonfly, random_regular, torus
 from topologies.errors import TopologyError
 from topologies.model import MAX_PORTS, Fabric, Link, Node, NodeKind, PortRef, make_guid
 
@@ -349,6 +350,9 @@ GENERATORS: dict[str, Callable[..., Fabric]] = {
     "opensm-fat-tree": opensm_fat_tree,
     "leaf-spine": leaf_spine,
     "rail": rail,
+    "torus": torus,
+    "dragonfly": dragonfly,
+    "random-regular": random_regular,
 }
 
 

@@ -48,7 +48,7 @@ def _new_ports(rng: random.Random, ports: int, cabled: list[int], mode: Mode) ->
     numbers = sorted(rng.sample(range(1, width + 1), len(cabled)))
     if mode == "shuffle":
         rng.shuffle(numbers)
-    return dict(zip(sorted(cabled), numbers, strict=True)), max(width, max(numbers))
+    return dict(zip(sorted(cabled), numbers, strict=True)), width
 
 
 def _new_guids(rng: random.Random, nodes: list[Node], mode: Mode) -> dict[str, int]:
@@ -103,7 +103,10 @@ def relabel(
     if order:
         rng.shuffle(items)
         rng.shuffle(links)
-        links = [Link(link.b, link.a, link.bw_gbps, link.latency_us) if rng.random() < 0.5 else link for link in links]
+        links = [
+            Link(link.b, link.a, link.bw_gbps, link.latency_us) if rng.random() < 0.5 else link
+            for link in links
+        ]
     result = Fabric(f"{fabric.name}-relabelled-{seed}", dict(items), tuple(links))
     check_fabric(result)
     return Relabelling(result, name_map, port_map)

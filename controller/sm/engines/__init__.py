@@ -11,19 +11,20 @@ from controller.sm.engines.base import (
 )
 from controller.sm.engines.ftree import FatTreeEngine
 from controller.sm.engines.minhop import MinHopEngine
-from controller.sm.engines.sssp import SsspEngine
+from controller.sm.engines.sssp import DfssspEngine, SsspEngine
 from controller.sm.engines.updn import UpDownEngine
 
 
 def default_registry() -> EngineRegistry:
     """The engines fabriclab ships, registered explicitly in the order they are listed to users."""
     registry = EngineRegistry()
-    for engine in (MinHopEngine, UpDownEngine, FatTreeEngine, SsspEngine):
+    for engine in (MinHopEngine, UpDownEngine, FatTreeEngine, SsspEngine, DfssspEngine):
         registry.register(engine)
     return registry
 
 
 __all__ = [
+    "DfssspEngine",
     "EngineNotApplicable",
     "EngineRegistry",
     "FatTreeEngine",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from controller.sm.cdg import acyclic_core, assign_layers, dependencies
 from controller.sm.engines.base import RoutingEngine
 from controller.sm.engines.common import TargetMasks, alternatives, port_order
 from controller.sm.hostorder import host_order
@@ -176,4 +177,38 @@ class SsspEngine(RoutingEngine):
         return RoutingTables(self.name, subnet, lft, alt, {})
 
 
-__all__ = ["SsspEngine"]
+class DfssspEngine(SsspEngine):
+    """sssp's routes, plus virtual-lane layers where they would deadlock (OpenSM's dfsssp).
+
+    The routes are sssp's (balanced shortest paths); if the channel dependency graph of host traffic has a
+    cycle, routes — (ingress leaf, destination) pairs, i.e. DFSSSP's paths — are spread over layers by its
+    cycle breaking (`cdg.assign_layers`) and the tables carry the layer of every route.  Fat-trees need one
+    layer; tori, dragonflies and random graphs a few.
+    """
+
+    name = "dfsssp"
+    summary = "sssp + virtual-lane layers where its routes would deadlock (DFSSSP); any topology"
+    deadlock_free = "any topology (up to 8 VLs)"
+    #: Virtual lanes available for layers (InfiniBand switches commonly offer 8 data VLs).
+    max_layers = 8
+
+    def route(self, subnet: Subnet) -> RoutingTables:
+        tables = super().route(subnet)
+        codes, _, n_chan = dependencies(tables)
+        if not acyclic_core(codes, n_chan).any():
+            layers = np.zeros((subnet.n_switches, subnet.max_lid + 1), dtype=np.uint8)
+            info: dict[str, object] = {"layers": 1}
+        else:
+            layering = assign_layers(tables, self.max_layers)
+            layers = (
+                layering.layers
+                if layering.layers is not None
+                else np.zeros((subnet.n_switches, subnet.max_lid + 1), dtype=np.uint8)
+            )
+            info = {"layers": layering.count}
+            if not layering.acyclic:
+                info["note"] = layering.note
+        return RoutingTables(self.name, subnet, tables.lft, tables.alt, info, layers)
+
+
+__all__ = ["DfssspEngine", "SsspEngine"]
