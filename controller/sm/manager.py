@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.sm.addressing import AddressTable
-from controller.sm.engines import EngineRegistry, default_registry
+from controller.sm.engines import EngineRegistry, RoutingEngine, default_registry
+from controller.sm.incremental import NotIncremental, reroute
 from controller.sm.intents import ForwardingOptions, SwitchProgram, compile_programs
 from controller.sm.lids import LidMap, assign_lids
 from controller.sm.subnet import Subnet
@@ -44,6 +45,16 @@ class Computation:
     verification: Verification
     down_links: tuple[str, ...]
     lost_hosts: tuple[str, ...]
+    #: True when only the destinations that used a failed part were rerouted (`incremental.reroute`).
+    incremental: bool = False
+    #: Destination LIDs whose entries changed since the previous computation (None: not tracked — a full
+    #: recomputation, e.g. after a link came back or another engine was chosen).
+    changed_lids: frozenset[int] | None = None
+
+    @property
+    def changed_destinations(self) -> int | None:
+        """How many destinations moved: the count a port-down event reports."""
+        return None if self.changed_lids is None else len(self.changed_lids)
 
 
 @dataclass
@@ -109,8 +120,8 @@ class SubnetManager:
         options = options or self.options
         router = self.registry.create(engine)
         live, lost = self.live_fabric()
-        subnet = Subnet.build(live, assign_lids(live, previous=self.lids))
-        tables = router.route(subnet)
+        lids = assign_lids(live, previous=self.lids)
+        tables, verification, changed = self._route(router, live, lids)
         generation = self.generation + 1
         previous = None
         if self.current is not None and self.current.engine == engine and self.current.options == options:
@@ -122,10 +133,33 @@ class SubnetManager:
             options=options,
             tables=tables,
             programs=programs,
-            verification=verify(tables),
+            verification=verification,
             down_links=tuple(str(self.declared.links[i]) for i in self.down_links()),
             lost_hosts=lost,
+            incremental=changed is not None,
+            changed_lids=changed,
         )
+
+    def _route(
+        self, router: RoutingEngine, live: Fabric, lids: LidMap
+    ) -> tuple[RoutingTables, Verification, frozenset[int] | None]:
+        """Incremental when the live fabric is the last computation's minus failures with the same engine
+        (only destinations that used the failed part move); a full routing otherwise, or when the spliced
+        tables do not verify."""
+        current = self.current
+        if current is not None and current.engine == router.name:
+            previous = current.tables
+            try:
+                result = reroute(previous, live, router, lids)
+            except NotIncremental:
+                result = None
+            if result is not None and (result.failed_links or result.failed_switches or result.removed_lids):
+                verification = verify(result.tables)
+                if verification.ok:
+                    return result.tables, verification, result.changed_lids
+                return result.full, verify(result.full), None
+        tables = router.route(Subnet.build(live, lids))
+        return tables, verify(tables), None
 
     def commit(self, computation: Computation) -> None:
         self.current = computation
