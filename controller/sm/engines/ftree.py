@@ -45,6 +45,33 @@ from controller.sm.tables import RoutingTables, new_lft, set_local_routes
 from controller.sm.treecheck import tree_problem
 
 _DIV_CAP = 1 << 30
+#: Strength of a switch that can reach the destination going down (never pruned).
+_STRONG = 1 << 14
+
+
+def _weak_targets(strength: npt.NDArray[np.int16], rank: npt.NDArray[np.int32]) -> npt.NDArray[np.intp]:
+    """Destination switches toward which some switch has less than half the climbing candidates of the
+    strongest switch of its rank (none in an intact tree: then nothing needs pruning)."""
+    weak = np.zeros(strength.shape[1], dtype=bool)
+    for r in np.unique(rank[rank >= 0]).tolist():
+        block = strength[rank == r].astype(np.int32)
+        weak |= (block.min(axis=0) * 2) < np.where(block >= _STRONG, 0, block).max(axis=0)
+    return np.flatnonzero(weak).astype(np.intp)
+
+
+def _without_weak_uplinks(
+    mask: Bool, nbr: npt.NDArray[np.int32], strength: npt.NDArray[np.int16], n: int
+) -> Bool:
+    """Candidates minus up-links into switches that kept less than half the up-links their peers have
+    toward the destination (an aggregation switch that lost most of its core links): the digit rule would
+    send such a switch its full share of traffic through what is left.  Only where stronger candidates
+    remain; a single failed link (3 of 4 left) prunes nothing, so routes stay put."""
+    far = np.where(nbr >= 0, nbr, n)  # (B, P); row n of strength is _STRONG
+    next_strength = strength[far].transpose(0, 2, 1)  # (B, T, P)
+    best = np.where(mask, next_strength, 0).max(axis=2, keepdims=True)
+    weak = mask & (next_strength.astype(np.int32) * 2 < best)
+    pruned: Bool = mask & ~weak
+    return pruned
 
 
 def digit_divisors(subnet: Subnet, o: Orientation) -> I64:
@@ -144,9 +171,19 @@ class FatTreeEngine(RoutingEngine):
         n_up = o.ud.up.sum(axis=1).astype(np.int64)
         leaf_target = subnet.has_hosts[None, :]
         candidates = UpDownCandidates(subnet, o.ud, o.hops)
+        # Pass 1: every switch's candidate ports (kept whole as the alternatives) and how many it has toward
+        # each destination switch while climbing (its "strength"; a switch that can go down is never weak).
+        strength = np.full((n + 1, n), _STRONG, dtype=np.int16)
         for rows in blocks(n, width):
-            mask = candidates(rows)  # (B, T, P), real port numbers
+            mask = candidates(rows)
             alt[rows] = np.packbits(mask, axis=2)
+            climbing = o.ud.down_dist[rows] == INF
+            strength[rows] = np.where(climbing, mask.sum(axis=2), _STRONG)
+        weak = _weak_targets(strength[:n], o.rank)
+        for rows in blocks(n, width):
+            mask = np.unpackbits(alt[rows], axis=2, count=width).astype(bool)
+            if weak.size:
+                mask[:, weak] = _without_weak_uplinks(mask[:, weak], subnet.nbr[rows], strength[:, weak], n)
             rank = o.rank[rows].astype(np.intp)
             divisors = np.stack([div[rank], div[rank + 1]], axis=1)  # per row: [ascending, descending]
             descending = o.ud.down_dist[rows] != INF
