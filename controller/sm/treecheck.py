@@ -4,13 +4,13 @@ ftree's promises (congestion-free shifts, one VL, minimal changes on failures) r
 only on the bottom tier, every cable between adjacent tiers.  Tiers come from the cabling as in
 `hostorder`: roots are the switches farthest from any host-attached switch, a switch's rank its distance
 from the nearest root.  k-ary n-trees, leaf-spine (oversubscribed or with parallel cables) and rail fabrics
-are bipartite by tier with every leaf on the same side, so removing links or whole switches keeps every
-leaf's rank even (or every leaf's odd) and never puts two adjacent switches on the same rank — however
-badly degraded, a tree passes (ranks may grow; ftree then falls back to a single root), whereas these do not:
+are bipartite — tiers alternate between two sides — with every leaf on the same side, and removing links or
+whole switches keeps them so: however badly degraded, a tree passes (ranks may grow; ftree then falls back
+to a single root), whereas these do not:
 
 * a cable between two switches that both have hosts (two leaves cabled together, or a host on a spine);
-* hosts on switches whose ranks differ by an odd number (unequal tiers: one pod a level shorter);
-* a cable between two switches of the same rank (a cross-link inside a tier).
+* a cable that closes an odd cycle, i.e. joins two switches of the same tier (a cross-link inside a tier);
+* leaves an odd number of hops apart (unequal tiers: one pod a level shorter than another).
 
 Like OpenSM's ftree (which refuses such fabrics and falls back to minhop), the caller refuses or falls
 back; the general engines (`sssp`, `dfsssp`) route any topology.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from controller.sm.hostorder import tree_ranks
+from controller.sm.paths import multi_source_distances
 from controller.sm.subnet import Subnet
 
 
@@ -55,21 +56,29 @@ def tree_problem(subnet: Subnet) -> str | None:
             )
         p = int(np.flatnonzero(both[s])[0])
         return f"{_link(subnet, s, p)} is a cable between two switches with hosts (leaves)"
+    # A tree's switches split into two sides (tiers alternate) with every leaf on the same side; removing
+    # links or switches keeps it so.  Parity of the distance from one leaf tells the sides apart.
+    first = int(np.flatnonzero(leaf)[0])
+    start = np.zeros(subnet.n_switches, dtype=bool)
+    start[first] = True
+    side = multi_source_distances(subnet, start) % 2
     rank = tree_ranks(subnet)
-    leaf_ranks = np.unique(rank[leaf])
-    odd = leaf_ranks % 2 == 1
-    if odd.any() and not odd.all():
-        low, high = int(leaf_ranks[~odd][0]), int(leaf_ranks[odd][0])
-        a = int(np.flatnonzero(leaf & (rank == low))[0])
-        b = int(np.flatnonzero(leaf & (rank == high))[0])
-        return (
-            f"unequal tiers: host {_a_host_on(subnet, a)}'s switch {subnet.switch_names[a]} is {low} hop(s) "
-            f"below the top tier, host {_a_host_on(subnet, b)}'s switch {subnet.switch_names[b]} {high}"
-        )
-    same = valid & (rank[far] == rank[:, None])
+    same = valid & (side[far] == side[:, None])
     if same.any():
-        s, p = (int(x[0]) for x in np.nonzero(same))
+        level = valid & (rank[far] == rank[:, None])
+        s, p = (int(x[0]) for x in np.nonzero(level if level.any() else same))
         return f"{_link(subnet, s, p)} connects two switches of the same tier ({int(rank[s])} below the top)"
+    odd = leaf & (side == 1)
+    if odd.any():
+        b = int(np.flatnonzero(odd)[0])
+        start[:] = False
+        start[b] = True
+        apart = int(multi_source_distances(subnet, start)[first])
+        return (
+            f"unequal tiers: the leaves {subnet.switch_names[first]} (host {_a_host_on(subnet, first)}) and "
+            f"{subnet.switch_names[b]} (host {_a_host_on(subnet, b)}) are {apart} hops apart, an odd number: "
+            "hosts must all be on one tier"
+        )
     return None
 
 

@@ -107,7 +107,10 @@ class SsspEngine(RoutingEngine):
         # Channel ids for switch-to-switch ports; the extra id n_channels is a dump for "no channel".
         channel, n_channels = subnet.switch_channels
         is_link = subnet.nbr >= 0
-        capacity = np.where(is_link, subnet.bw_gbps, 1.0)
+        # Cost of a flow on a link: 1 on the fastest links, more on slower ones.  Relative, so that on a
+        # fabric of equal links the costs are whole numbers and ties are exact whatever the link speed.
+        fastest = float(subnet.bw_gbps[is_link].max(initial=1.0))
+        weight = np.where(is_link, fastest / np.where(is_link, subnet.bw_gbps, 1.0), 1.0)
         load = np.zeros(n_channels + 1, dtype=np.float64)
         next_switch = np.where(is_link, subnet.nbr, 0).astype(np.intp)
         masks = TargetMasks(subnet, alt)
@@ -119,7 +122,7 @@ class SsspEngine(RoutingEngine):
         # Per-port arrays with each switch's columns in preference order: argmin then breaks ties by the
         # position of the switch behind a port, not by its number.
         pref_channel = np.take_along_axis(channel, preference, axis=1)
-        pref_capacity = np.take_along_axis(capacity, preference, axis=1)
+        pref_weight = np.take_along_axis(weight, preference, axis=1)
         pref_next = np.take_along_axis(next_switch, preference, axis=1)
         pref_target = -1
         pref_mask = np.zeros((n, subnet.n_ports), dtype=bool)
@@ -160,7 +163,7 @@ class SsspEngine(RoutingEngine):
                 # Nearest first: the cheapest shortest path from each switch, as a sum of link loads.
                 path_cost[target] = 0.0
                 for group in reversed(groups):
-                    cost = load[pref_channel[group]] / pref_capacity[group] + path_cost[pref_next[group]]
+                    cost = load[pref_channel[group]] * pref_weight[group] + path_cost[pref_next[group]]
                     choice = np.where(pref_mask[group], cost, inf).argmin(axis=1)
                     path_cost[group] = cost[np.arange(group.size), choice]
                     lft[group, lid] = preference[group, choice]
