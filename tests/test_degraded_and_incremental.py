@@ -68,7 +68,8 @@ def test_degraded_fabrics_stay_reachable_and_deadlock_free(fabric: Fabric, case:
     result = verify(tables)
     assert result.unreachable_pairs == 0, case
     assert result.loop_entries == 0 and result.dead_entries == 0, case
-    assert result.deadlock is not None and result.deadlock.acyclic, (case, result.deadlock.cycles)
+    assert result.deadlock is not None
+    assert result.deadlock.acyclic, (case, result.deadlock.cycles)
     if engine == "ftree":
         assert result.deadlock.vls == 1
     figures = quality(tables, shifts=False)
