@@ -145,7 +145,7 @@ class SsspEngine(RoutingEngine):
                 load[used] += sign * flows[group]
                 if host:
                     host_load[used] += sign * flows[group]
-                np.add.at(flows, next_switch[group, choice], flows[group])
+                flows += np.bincount(next_switch[group, choice], weights=flows[group], minlength=flows.size)
 
         previous = np.inf
         for round_number in range(1 + self.max_refinements):
