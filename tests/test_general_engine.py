@@ -185,3 +185,17 @@ def test_trees_and_degraded_trees_are_trees(fabric: Fabric) -> None:
     for seed in range(5):
         broken = degrade(fabric, fail_links=1 + 2 * seed, fail_switches=seed % 2, seed=seed).fabric
         assert ftree.problem(Subnet.build(broken)) is None, seed
+
+
+def test_subnet_manager_falls_back_like_opensm() -> None:
+    from controller.sm.manager import SubnetManager
+
+    lenient = SubnetManager(torus(4, 4), engine="ftree").recompute()
+    assert lenient.tables.engine == "ftree" and lenient.fallback is None  # single root, still routes
+    manager = SubnetManager(torus(4, 4), engine="ftree", fallback="dfsssp")
+    computation = manager.recompute()
+    assert computation.engine == "ftree" and computation.tables.engine == "dfsssp"
+    assert computation.fallback is not None and "falling back to dfsssp" in computation.fallback
+    assert computation.verification.ok
+    tree = SubnetManager(fat_tree(4), engine="ftree", fallback="dfsssp").recompute()
+    assert tree.tables.engine == "ftree" and tree.fallback is None

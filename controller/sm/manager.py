@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.sm.addressing import AddressTable
-from controller.sm.engines import EngineRegistry, RoutingEngine, default_registry
+from controller.sm.engines import EngineRegistry, RoutingEngine, default_registry, select_engine
 from controller.sm.incremental import NotIncremental, reroute
 from controller.sm.intents import ForwardingOptions, SwitchProgram, compile_programs
 from controller.sm.lids import LidMap, assign_lids
@@ -47,6 +47,8 @@ class Computation:
     lost_hosts: tuple[str, ...]
     #: True when only the destinations that used a failed part were rerouted (`incremental.reroute`).
     incremental: bool = False
+    #: Why another engine than `engine` routed this generation (see `SubnetManager.fallback`).
+    fallback: str | None = None
     #: Destination LIDs whose entries changed since the previous computation (None: not tracked — a full
     #: recomputation, e.g. after a link came back or another engine was chosen).
     changed_lids: frozenset[int] | None = None
@@ -64,9 +66,14 @@ class SubnetManager:
     options: ForwardingOptions = field(default_factory=ForwardingOptions)
     generation: int = 0
     registry: EngineRegistry = field(default_factory=default_registry)
+    #: Engine to use when `engine` cannot route the live fabric (ftree on a non-tree), as OpenSM falls back;
+    #: None: the engine routes anyway (ftree through a single root).
+    fallback: str | None = None
 
     def __post_init__(self) -> None:
         self.registry.create(self.engine)  # unknown engine: fail before anything runs
+        if self.fallback is not None:
+            self.registry.create(self.fallback)
         self.lids: LidMap = assign_lids(self.declared)
         self.addresses = AddressTable.build(self.lids)
         self.dpids: dict[str, int] = {s.name: s.guid for s in self.declared.switches}
@@ -121,6 +128,9 @@ class SubnetManager:
         router = self.registry.create(engine)
         live, lost = self.live_fabric()
         lids = assign_lids(live, previous=self.lids)
+        note = None
+        if self.fallback is not None:
+            router, note = select_engine(self.registry, engine, Subnet.build(live, lids), self.fallback)
         tables, verification, changed = self._route(router, live, lids)
         generation = self.generation + 1
         previous = None
@@ -138,6 +148,7 @@ class SubnetManager:
             lost_hosts=lost,
             incremental=changed is not None,
             changed_lids=changed,
+            fallback=note,
         )
 
     def _route(
@@ -147,7 +158,7 @@ class SubnetManager:
         (only destinations that used the failed part move); a full routing otherwise, or when the spliced
         tables do not verify."""
         current = self.current
-        if current is not None and current.engine == router.name:
+        if current is not None and current.tables.engine == router.name:
             previous = current.tables
             try:
                 result = reroute(previous, live, router, lids)
