@@ -7,7 +7,7 @@ reroute, runs a shipped scenario through `docker compose exec`, then `docker com
 nothing is left: no containers, no listeners, no interfaces of the fabric in the host's namespace.
 
 Run from the repository root on a machine with a Docker engine (see `.ci/run`). Standard library only
-(plus the project's own stdlib-only REST client, `emulation.controlproc`): the host needs no installs.
+(plus the project's own stdlib-only REST client, `controller.rest.client`): the host needs no installs.
 Exit status 0 on success; on failure the services' logs are printed and the stack is still taken down.
 """
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PORT_DEFAULTS = {"FABRICLAB_API_PORT": 8080, "FABRICLAB_EMU_API_PORT": 8081, "FABRICLAB_OPENFLOW_PORT": 6653}
 PORTS = [int(os.environ.get(name, default)) for name, default in PORT_DEFAULTS.items()]
 sys.path.insert(0, str(ROOT))  # the project's REST client; standard library only, like this script
-from emulation.controlproc import ControllerClient, wait_for  # noqa: E402
+from controller.rest.client import ControllerClient, wait_for  # noqa: E402
 
 CONTROLLER = ControllerClient("127.0.0.1", PORTS[0])
 EMULATOR = ControllerClient("127.0.0.1", PORTS[1])  # the emulator's API speaks the same /api/v1 style

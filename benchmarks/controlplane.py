@@ -35,9 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from controller.rest.client import wait_for  # noqa: E402
 from controller.sm.intents import FlowIntent, SwitchDelta, cookie_of, match  # noqa: E402
 from controller.sm.manager import SubnetManager  # noqa: E402
-from emulation.controlproc import ControllerProcess, free_port, wait_for  # noqa: E402
+from emulation.controlproc import ControllerProcess, free_port  # noqa: E402
 from emulation.ovs import OvsDaemon, OvsFabric, ovs_available  # noqa: E402
 from topologies.generators import fat_tree  # noqa: E402
 from topologies.loader import dump_yaml  # noqa: E402

@@ -1,6 +1,9 @@
 """The fabric controller: an InfiniBand-style subnet manager for Ethernet/OpenFlow fabrics.
 
-`controller.sm` is the pure core (discovery model, addressing, routing engines, verification);
-`controller.cli` is the composition root that ties it to files and, later, to os-ken, the REST API and the
-emulator.
+Where a decision is taken: `controller.sm` computes (routing engines, tables, verification, intents),
+`controller.core` decides (what the controller does on every switch, port, discovery and operator event:
+pure functions of state, event and `now`).  The rest carries: `controller.service` runs the core on one
+worker thread and executes its commands, `controller.southbound` speaks OpenFlow (os-ken), and
+`controller.rest` serves the snapshots the worker publishes.  The `fabriclab` command (`fabriclab.cli`)
+composes them.
 """

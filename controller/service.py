@@ -1,13 +1,13 @@
-"""The controller service: the subnet manager behind one worker thread, with events, timings and state.
+"""The controller service: the decision core on one worker thread, its commands executed, its state published.
 
-Everything that changes the fabric's programming — a switch (re)connecting, a port going down or up, an
-operator changing the routing — is a task on one worker thread, so the subnet manager stays single-
-threaded and updates never interleave.  Port events that arrive together (both ends of a cut cable, all
-ports of a dead switch) are drained and handled with one recomputation.  Reads (REST) take a snapshot
-under a lock and never wait for the worker.
+All decisions are in `controller.core` (pure).  This module only carries: inputs from the southbound, the
+operator and two timers go into one queue; one worker thread hands them to the core in arrival order and
+executes the commands the core returns (read a switch, push a rollout, probe links, save state), feeding
+their outcomes back to the core; after every step it publishes the new immutable state, which REST and
+metrics read without locks and without ever waiting for a computation.
 
-The southbound (the os-ken app in production, fakes in tests) is reached through the `Southbound` protocol,
-so this module and the REST layer above it never import os-ken.
+Port-status and LLDP inputs that arrive together are handed over as one event (one recomputation for both
+ends of a cut cable or all ports of a dead switch) without reordering anything else.
 """
 
 from __future__ import annotations
@@ -22,18 +22,48 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.sm.intents import ForwardingOptions, SwitchDelta, SwitchProgram, applied, diff, rollout
-from controller.sm.manager import Computation, SubnetManager, UnknownSwitch
-from controller.state import SavedState, StateStore
-from topologies.model import PortRef
+from controller.core.events import (
+    Command,
+    Event,
+    HostSeen,
+    LinkSighting,
+    LinksSeen,
+    Log,
+    LogLevel,
+    PortChange,
+    PortsChanged,
+    ProbeLinks,
+    Push,
+    ReadSwitch,
+    Reply,
+    RolloutDone,
+    RoutingRequested,
+    Save,
+    Saved,
+    Start,
+    SwitchConnected,
+    SwitchDisconnected,
+    SwitchRead,
+    SwitchReadFailed,
+    Tick,
+)
+from controller.core.fabric import FabricCore
+from controller.core.state import Config, FabricState
+from controller.sm.intents import FlowIntent, ForwardingOptions, GroupIntent, SwitchDelta
+from controller.sm.manager import SubnetContext
+from controller.state import StateStore
+from topologies.model import Fabric
 
 LOG = logging.getLogger("fabriclab.controller")
+_LEVELS = {LogLevel.INFO: logging.INFO, LogLevel.WARNING: logging.WARNING, LogLevel.ERROR: logging.ERROR}
+#: Operator requests waiting for the worker beyond this are refused (503): nothing queues without bound.
+MAX_PENDING_REQUESTS = 4
 
 
 class Snapshot(Protocol):
     ports: dict[int, bool]
-    flows: list[Any]
-    groups: list[Any]
+    flows: list[FlowIntent]
+    groups: list[GroupIntent]
 
 
 class Southbound(Protocol):
@@ -46,358 +76,337 @@ class Southbound(Protocol):
     def port_stats(self, timeout_s: float = ...) -> dict[tuple[int, int], dict[str, int]]: ...
 
 
+class Busy(RuntimeError):
+    """The worker has too much queued; try again later (HTTP 503 with Retry-After)."""
+
+    def __init__(self, message: str, retry_after_s: int = 2) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    rx_packets: int
+    tx_packets: int
+    rx_bytes: int
+    tx_bytes: int
+    rx_dropped: int
+    tx_dropped: int
+    rx_errors: int
+    tx_errors: int
+
+
+@dataclass(frozen=True)
+class PortStats:
+    """Port counters of every connected switch, polled together at `at` (seconds)."""
+
+    at: float
+    #: (switch name, port) -> counters
+    counters: Mapping[tuple[str, int], PortCounters] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Published:
+    """What readers see: the core's latest state, the latest port counters, and the fixed context."""
+
+    context: SubnetContext
+    state: FabricState
+    stats: PortStats | None
+    started_at: float
+    published_at: float
+
+
 @dataclass
-class _Task:
-    kind: str
-    args: tuple[Any, ...]
+class _Request:
+    event: RoutingRequested
     future: Future[Any] = field(default_factory=Future)
+    started: bool = False
+    cancelled: bool = False
 
 
-def _ms(start: float, end: float) -> float:
-    return round((end - start) * 1000.0, 2)
+_STOP = object()
 
 
 class FabricService:
     def __init__(
         self,
-        manager: SubnetManager,
+        core: FabricCore,
+        state: FabricState,
         store: StateStore | None = None,
         lldp_interval_s: float = 10.0,
-        max_events: int = 1000,
+        stats_interval_s: float = 2.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self.manager = manager
+        self.core = core
+        self.context = core.context
         self.store = store
         self.lldp_interval_s = lldp_interval_s
+        self.stats_interval_s = stats_interval_s
+        self.clock = clock
         self.southbound: Southbound | None = None
-        self.installed: dict[str, SwitchProgram | None] = {}
-        self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
-        self._event_id = 0
-        self.started_at = time.time()
-        self.lock = threading.RLock()
-        self._queue: queue.Queue[_Task | None] = queue.Queue()
+        self._state = state
+        self._started_at = clock()
+        self._published = Published(self.context, state, None, self._started_at, self._started_at)
+        self._publish_lock = threading.Lock()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._held: Any = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.unknown_switches: set[int] = set()
-        self.failed_updates = 0
-        self._persisted = -1
-        self._warned: set[tuple[PortRef, PortRef]] = set()
+        self._requests: dict[int, _Request] = {}
+        self._requests_lock = threading.Lock()
+        self._next_request = 1
+
+    @classmethod
+    def for_fabric(
+        cls,
+        fabric: Fabric,
+        store: StateStore | None = None,
+        config: Callable[[Config], Config] | None = None,
+        lldp_interval_s: float = 10.0,
+        **kwargs: Any,
+    ) -> FabricService:
+        """A service for `fabric`: saved choices from `store` (if any), then `config(saved) -> chosen` (the
+        command line's overrides).  Raises StateError, GenerationExhausted or UnknownEngine up front."""
+        core = FabricCore(SubnetContext.build(fabric), lldp_ttl_s=3 * lldp_interval_s)
+        saved = store.load() if store is not None else None
+        state = core.initial_state(saved)
+        if config is not None:
+            state = core.initial_state(saved, config(state.config))
+        return cls(core, state, store, lldp_interval_s=lldp_interval_s, **kwargs)
 
     # --- lifecycle ---------------------------------------------------------------------------------------
 
-    @classmethod
-    def restore(cls, manager: SubnetManager, store: StateStore | None, **kwargs: Any) -> FabricService:
-        """Apply saved operator choices (engine, options, generation) before the first computation."""
-        saved = store.load() if store is not None else None
-        if saved is not None:
-            manager.registry.create(saved.engine)
-            manager.engine = saved.engine
-            manager.options = ForwardingOptions(saved.fast_failover, saved.multipath)
-            manager.generation = saved.generation
-        return cls(manager, store, **kwargs)
-
     def start(self, southbound: Southbound) -> None:
+        """Compute the first generation (before any switch can connect), then start the threads."""
         self.southbound = southbound
-        with self.lock:
-            computation = self.manager.recompute()
-            self._record("routing_computed", generation=computation.generation, engine=computation.engine)
-            self._persist()
-        for target, name in ((self._work, "fabric-worker"), (self._lldp_loop, "fabric-lldp")):
+        self._run(Start())
+        for target, name in (
+            (self._work, "fabric-worker"),
+            (self._lldp_loop, "fabric-lldp"),
+            (self._stats_loop, "fabric-stats"),
+        ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 
+    def sync(self, timeout_s: float = 30.0) -> None:
+        """Wait until everything queued before this call has been handled (tests, benchmarks)."""
+        marker: Future[None] = Future()
+        self._queue.put(marker)
+        marker.result(timeout_s)
+
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
-        self._queue.put(None)
+        self._queue.put(_STOP)
         for thread in self._threads:
             thread.join(timeout_s)
 
-    def _persist(self) -> None:
-        if self.store is None:
-            return
-        m = self.manager
-        self._persisted = m.generation
-        self.store.save(SavedState(m.engine, m.options.fast_failover, m.options.multipath, m.generation))
+    # --- reads (any thread, never wait) ------------------------------------------------------------------
 
-    # --- inputs from the southbound (any thread; must return quickly) ------------------------------------
+    def snapshot(self) -> Published:
+        return self._published
+
+    def _publish(self, state: FabricState | None = None, stats: PortStats | None = None) -> None:
+        with self._publish_lock:
+            old = self._published
+            self._published = Published(
+                self.context,
+                state if state is not None else old.state,
+                stats if stats is not None else old.stats,
+                self._started_at,
+                self.clock(),
+            )
+
+    # --- inputs from the southbound (os-ken's thread; must return at once) -------------------------------
 
     def switch_connected(self, dpid: int, now: float) -> None:
-        self._queue.put(_Task("connect", (dpid, now)))
+        self._queue.put(SwitchConnected(dpid))
 
     def switch_disconnected(self, dpid: int, now: float) -> None:
-        self._queue.put(_Task("disconnect", (dpid, now)))
+        self._queue.put(SwitchDisconnected(dpid))
 
     def port_status(self, dpid: int, port: int, live: bool | None, now: float) -> None:
         if live is not None:
-            self._queue.put(_Task("port", (dpid, port, live, now)))
+            self._queue.put(PortChange(dpid, port, live, now))
 
     def link_seen(self, src_dpid: int, src_port: int, dst_dpid: int, dst_port: int, now: float) -> None:
-        names = self.manager.switch_of_dpid
-        if src_dpid in names and dst_dpid in names:
-            src, dst = PortRef(names[src_dpid], src_port), PortRef(names[dst_dpid], dst_port)
-            with self.lock:
-                self.manager.discovery.link_seen(src, dst, now)
-                declared = self.manager.declared.peer(src.node, src.port)
-                if declared != dst and (src, dst) not in self._warned:
-                    self._warned.add((src, dst))
-                    LOG.warning("cabling: %s sees %s, declared peer is %s", src, dst, declared or "nothing")
+        self._queue.put(LinkSighting(src_dpid, src_port, dst_dpid, dst_port, now))
 
     def arp_request(self, dpid: int, in_port: int, arp: Any, now: float) -> int | None:
-        """Answer from the address table; note where the asker was seen (validation of host cabling)."""
-        addresses = self.manager.addresses
+        """Answered at once from the address table (fixed at start); the sighting goes to the core."""
+        addresses = self.context.addresses
         asker = addresses.by_ipv4.get(arp.sender_ip)
-        switch = self.manager.switch_of_dpid.get(dpid)
-        if asker is not None and switch is not None and asker.mac == arp.sender_mac:
-            with self.lock:
-                self.manager.discovery.host_seen(asker.host, asker.port, PortRef(switch, in_port), now)
+        if asker is not None and asker.mac == arp.sender_mac:
+            self._queue.put(HostSeen(asker.host, asker.port, dpid, in_port, now))
         target = addresses.by_ipv4.get(arp.target_ip)
         return target.mac if target is not None else None
 
-    # --- operator requests (REST) ------------------------------------------------------------------------
+    # --- operator requests -------------------------------------------------------------------------------
+
+    def waiting_requests(self) -> int:
+        """Operator requests queued and not yet started by the worker."""
+        with self._requests_lock:
+            return sum(1 for r in self._requests.values() if not r.started)
 
     def set_routing(
-        self, engine: str | None, options: ForwardingOptions | None, dry_run: bool, timeout_s: float = 120.0
+        self, engine: str | None, options: ForwardingOptions | None, timeout_s: float = 60.0
     ) -> dict[str, Any]:
-        task = _Task("routing", (engine, options, dry_run, time.time()))
-        self._queue.put(task)
-        result: dict[str, Any] = task.future.result(timeout_s)
-        return result
-
-    def call(self, func: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-        task = _Task("call", (func,))
-        self._queue.put(task)
-        return task.future.result(timeout_s)
+        """Change engine/options and reprogram the switches.  Raises the core's error for bad input,
+        `StateNotSaved` when the choice could not be persisted, `Busy` when the worker is backed up."""
+        with self._requests_lock:
+            waiting = sum(1 for r in self._requests.values() if not r.started)  # (the lock is not reentrant)
+            if waiting >= MAX_PENDING_REQUESTS:
+                raise Busy(f"{waiting} routing changes are already waiting; try again shortly")
+            request = _Request(RoutingRequested(self._next_request, engine, options))
+            self._requests[request.event.request] = request
+            self._next_request += 1
+        self._queue.put(request.event)
+        try:
+            result: dict[str, Any] = request.future.result(timeout_s)
+            return result
+        except TimeoutError:
+            with self._requests_lock:
+                if not request.started:
+                    request.cancelled = True
+                    self._requests.pop(request.event.request, None)
+                    raise Busy(
+                        f"the controller is busy: request not started within {timeout_s:g} s"
+                    ) from None
+            done: dict[str, Any] = request.future.result()  # started: computations and pushes are bounded
+            return done
 
     # --- the worker --------------------------------------------------------------------------------------
 
-    def _work(self) -> None:
-        while not self._stop.is_set():
-            task = self._queue.get()
-            if task is None:
-                return
-            batch = [task]
-            if task.kind == "port":
-                while True:  # coalesce a burst of port events into one recomputation
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None or nxt.kind != "port":
-                        self._queue.put(nxt)  # keep order loosely: non-port tasks run after this burst
-                        break
-                    batch.append(nxt)
+    def _next_event(self) -> Any:
+        if self._held is not None:
+            item, self._held = self._held, None
+            return item
+        return self._queue.get()
+
+    def _coalesce(self, first: Any) -> Any:
+        """Consecutive port changes (or LLDP sightings) become one event; anything else stays in order."""
+        kind = type(first)
+        if kind not in (PortChange, LinkSighting):
+            return first
+        batch = [first]
+        while True:
             try:
-                result = self._dispatch(batch)
-                for t in batch:
-                    t.future.set_result(result)
-            except Exception as exc:
-                LOG.exception("task %s failed", task.kind)
-                for t in batch:
-                    t.future.set_exception(exc)
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if type(nxt) is not kind:
+                self._held = nxt
+                break
+            batch.append(nxt)
+        return PortsChanged(tuple(batch)) if kind is PortChange else LinksSeen(tuple(batch))
 
-    def _dispatch(self, batch: list[_Task]) -> Any:
-        task = batch[0]
-        if task.kind == "connect":
-            return self._on_connect(*task.args)
-        if task.kind == "disconnect":
-            return self._on_disconnect(*task.args)
-        if task.kind == "port":
-            return self._on_ports([t.args for t in batch])
-        if task.kind == "routing":
-            return self._on_routing(*task.args)
-        if task.kind == "call":
-            return task.args[0]()
-        raise ValueError(task.kind)
-
-    def _sb(self) -> Southbound:
-        assert self.southbound is not None, "service not started"
-        return self.southbound
-
-    def _on_connect(self, dpid: int, now: float) -> None:
-        try:
-            name = self.manager.switch_name(dpid)
-        except UnknownSwitch as exc:
-            if dpid not in self.unknown_switches:
-                self.unknown_switches.add(dpid)
-                LOG.warning("%s; leaving it alone", exc)
-                self._record("unknown_switch", dpid=f"{dpid:016x}")
-            return
-        snapshot = self._sb().read_switch(dpid)
-        with self.lock:
-            self.manager.discovery.switch_connected(name, now)
-            declared_ports = [ref.port for ref in self.manager.declared.port_map if ref.node == name]
-            changed = [
-                p
-                for p in declared_ports
-                if self.manager.set_port_state(name, p, snapshot.ports.get(p, False), now)
-            ]
-            self.installed[name] = SwitchProgram.of(name, dpid, snapshot.flows, snapshot.groups)
-            computation = self.manager.recompute() if changed else self.manager.require_current()
-        read_at = time.time()
-        targets = None if changed else [name]
-        event = self._rollout(computation, "switch_connect", now, read_at, only=targets, switch=name)
-        event["ports_down"] = sorted(p for p, up in snapshot.ports.items() if not up)
-        self._sb().probe_links([dpid, *self._neighbour_dpids(name)])
-
-    def _neighbour_dpids(self, switch: str) -> list[int]:
-        declared = self.manager.declared
-        result = set()
-        for ref, (_, far) in declared.port_map.items():
-            if ref.node == switch and far.node in self.manager.dpids:
-                result.add(self.manager.dpids[far.node])
-        return sorted(result)
-
-    def _on_disconnect(self, dpid: int, now: float) -> None:
-        name = self.manager.switch_of_dpid.get(dpid)
-        if name is None:
-            return
-        with self.lock:
-            self.installed.pop(name, None)
-            self.manager.discovery.switch_disconnected(name)
-        self._record("switch_disconnect", switch=name, detected_at=now)
-
-    def _on_ports(self, reports: list[tuple[Any, ...]]) -> None:
-        changes: list[str] = []
-        detected = min(r[3] for r in reports)
-        with self.lock:
-            for dpid, port, live, now in reports:
-                name = self.manager.switch_of_dpid.get(dpid)
-                if name is None:
-                    continue
-                if self.manager.set_port_state(name, port, live, now):
-                    changes.append(f"{name}:{port} {'up' if live else 'down'}")
-            if not changes:
+    def _work(self) -> None:
+        while True:
+            item = self._next_event()
+            if item is _STOP or self._stop.is_set():
                 return
-            computation = self.manager.recompute()
-        kind = "port_up" if all(c.endswith("up") for c in changes) else "port_down"
-        self._rollout(computation, kind, detected, time.time(), ports=changes)
+            if isinstance(item, Future):  # a sync() marker
+                item.set_result(None)
+                continue
+            event = self._coalesce(item)
+            if isinstance(event, RoutingRequested):
+                with self._requests_lock:
+                    request = self._requests.get(event.request)
+                    if request is None or request.cancelled:
+                        continue
+                    request.started = True
+            self._run(event)
 
-    def _on_routing(
-        self, engine: str | None, options: ForwardingOptions | None, dry_run: bool, now: float
-    ) -> dict[str, Any]:
-        with self.lock:
-            computation = self.manager.compute(engine, options)  # raises before any change on bad input
-            if dry_run:
-                deltas = rollout(self.installed, computation.programs)
-                return {
-                    "dry_run": True,
-                    "engine": computation.engine,
-                    "verification_ok": computation.verification.ok,
-                    "switches_changed": len(deltas),
-                    "flow_mods": sum(d.n_messages for d in deltas.values()),
-                }
-            self.manager.commit(computation)
-            self._persist()
-        return self._rollout(computation, "routing_change", now, time.time(), engine=computation.engine)
+    def _run(self, event: Event) -> None:
+        """Hand `event` to the core, execute its commands, and feed their outcomes back until done."""
+        pending: deque[Event] = deque([event])
+        while pending:
+            current = pending.popleft()
+            try:
+                step = self.core.handle(self._state, self.clock(), current)
+            except Exception as exc:  # a bug: keep the old state, tell a waiting caller, carry on
+                LOG.exception("handling %s failed", type(current).__name__)
+                if isinstance(current, RoutingRequested):
+                    self._reply(Reply(current.request, error=exc))
+                continue
+            self._state = step.state
+            self._publish(state=step.state)
+            for record in step.records:
+                LOG.info("event %s", record.as_dict())
+            outcomes = [o for o in map(self._execute, step.commands) if o is not None]
+            pending.extendleft(reversed(outcomes))  # depth first: a command's outcome before anything else
 
-    def _rollout(
-        self,
-        computation: Computation,
-        kind: str,
-        detected_at: float,
-        computed_at: float,
-        only: list[str] | None = None,
-        **details: Any,
-    ) -> dict[str, Any]:
-        """Push `computation` to connected switches: all adds, barrier, then all deletes, barrier."""
-        with self.lock:
-            if self.store is not None and computation.generation != self._persisted:
-                self._persist()  # cookies about to carry this generation: never reuse it after a restart
-            installed = {n: p for n, p in self.installed.items() if only is None or n in only}
-            deltas = rollout(installed, computation.programs)
-        by_dpid = {d.dpid: d for d in deltas.values()}
-        sb = self._sb()
-        problems = sb.push(by_dpid, "make")
-        made = time.time()  # every new path is in place: what traffic needs
-        problems.update(sb.push({k: v for k, v in by_dpid.items() if k not in problems}, "break"))
-        done = time.time()  # entries nothing uses any more are gone too
-        with self.lock:
-            for name, delta in deltas.items():
-                if delta.dpid in problems:
-                    self.installed.pop(name, None)  # unknown contents: re-read on reconnect or next update
-                elif name in self.installed:
-                    self.installed[name] = applied(self.installed[name], delta)
-        if problems:
-            self.failed_updates += 1
-            LOG.error("update of %d switch(es) failed: %s; re-reading them", len(problems), problems)
-            for dpid in set(problems) & sb.connected():
-                self._queue.put(_Task("connect", (dpid, done)))
-        return self._record(
-            kind,
-            generation=computation.generation,
-            detected_at=detected_at,
-            computed_ms=_ms(detected_at, computed_at),
-            installed_ms=_ms(detected_at, made),
-            cleaned_ms=_ms(detected_at, done),
-            switches_updated=len(deltas),
-            flow_mods=sum(d.n_messages for d in deltas.values()),
-            failed_switches={f"{k:016x}": v for k, v in problems.items()},
-            verification_ok=computation.verification.ok,
-            lost_hosts=list(computation.lost_hosts),
-            **details,
-        )
+    def _execute(self, command: Command) -> Event | None:
+        sb = self.southbound
+        assert sb is not None, "service not started"
+        if isinstance(command, ReadSwitch):
+            try:
+                snap = sb.read_switch(command.dpid)
+            except Exception as exc:  # gone, timed out: the core decides what next
+                return SwitchReadFailed(command.dpid, f"{type(exc).__name__}: {exc}")
+            return SwitchRead(command.dpid, dict(snap.ports), tuple(snap.flows), tuple(snap.groups))
+        if isinstance(command, Push):
+            pushed = self.clock()
+            problems = sb.push(command.deltas, "make") if command.deltas else {}
+            made = self.clock()  # every new path is in place: what traffic needs
+            rest = {k: v for k, v in command.deltas.items() if k not in problems}
+            if rest:
+                problems.update(sb.push(rest, "break"))
+            return RolloutDone(command.rollout, problems, pushed, made, self.clock())
+        if isinstance(command, ProbeLinks):
+            sb.probe_links(command.dpids)
+            return None
+        if isinstance(command, Save):
+            if self.store is None:
+                return Saved()
+            try:
+                self.store.save(command.state)
+            except Exception as exc:
+                return Saved(error=f"{type(exc).__name__}: {exc}")
+            return Saved()
+        if isinstance(command, Log):
+            LOG.log(_LEVELS[command.level], "%s", command.message)
+            return None
+        if isinstance(command, Reply):
+            self._reply(command)
+            return None
+        raise TypeError(f"unknown command {command!r}")
 
-    def _record(self, kind: str, **fields: Any) -> dict[str, Any]:
-        with self.lock:
-            self._event_id += 1
-            event = {"id": self._event_id, "kind": kind, "at": round(time.time(), 6), **fields}
-            self.events.append(event)
-        LOG.info("event %s", {k: v for k, v in event.items() if v not in (None, [], {})})
-        return event
+    def _reply(self, reply: Reply) -> None:
+        with self._requests_lock:
+            request = self._requests.pop(reply.request, None)
+        if request is None:
+            return
+        if reply.error is not None:
+            request.future.set_exception(reply.error)
+        else:
+            request.future.set_result(reply.result)
 
-    # --- periodic discovery ------------------------------------------------------------------------------
+    # --- timers ------------------------------------------------------------------------------------------
 
     def _lldp_loop(self) -> None:
-        last: tuple[str, ...] = ()
         while not self._stop.wait(self.lldp_interval_s):
+            self._queue.put(Tick())
+
+    def _stats_loop(self) -> None:
+        names = self.context.switch_of_dpid
+        while not self._stop.wait(self.stats_interval_s):
+            sb = self.southbound
+            if sb is None:
+                continue
             try:
-                with self.lock:
-                    self.manager.discovery.expire(time.time(), ttl_s=3 * self.lldp_interval_s)
-                self._sb().probe_links(sorted(self._sb().connected()))
-                report = self.validation()
-                problems = tuple(
-                    [
-                        f"{e['link']} {e['status']}"
-                        for e in report["links"]
-                        if e["status"] in ("missing", "miswired")
-                    ]
-                    + [f"{u} unexpected" for u in report["unexpected"]]
-                )
-                if problems != last:  # log changes, not the same findings every round
-                    if problems:
-                        LOG.warning("cabling: %d problem(s): %s", len(problems), "; ".join(problems[:10]))
-                    elif last:
-                        LOG.info("cabling: all declared links seen as declared")
-                    last = problems
+                raw = sb.port_stats()
             except Exception:
-                LOG.exception("LLDP round failed")
-
-    # --- reads -------------------------------------------------------------------------------------------
-
-    def connected_switches(self) -> set[str]:
-        names = self.manager.switch_of_dpid
-        return {names[d] for d in self._sb().connected() if d in names} if self.southbound else set()
-
-    def in_sync(self) -> bool:
-        """Every connected switch holds exactly the current generation's program."""
-        with self.lock:
-            current = self.manager.current
-            if current is None:
-                return False
-            for name in self.connected_switches():
-                have = self.installed.get(name)
-                want = current.programs.get(name)
-                if have is None or (want is not None and not diff(have, want).empty):
-                    return False
-            return True
-
-    def validation(self) -> dict[str, Any]:
-        with self.lock:
-            return self.manager.discovery.report(self.manager.ports_down, time.time())
-
-    def recent_events(self, since: int = 0, limit: int = 100) -> list[dict[str, Any]]:
-        with self.lock:
-            return [e for e in self.events if e["id"] > since][-limit:]
+                LOG.exception("polling port counters failed")
+                continue
+            counters = {
+                (names[dpid], port): PortCounters(**{f: int(c.get(f, 0)) for f in _COUNTER_FIELDS})
+                for (dpid, port), c in raw.items()
+                if dpid in names
+            }
+            self._publish(stats=PortStats(self.clock(), counters))
 
 
-__all__ = ["FabricService", "Southbound"]
+_COUNTER_FIELDS = tuple(PortCounters.__dataclass_fields__)
+
+__all__ = ["Busy", "FabricService", "PortCounters", "PortStats", "Published", "Southbound"]

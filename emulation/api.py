@@ -3,27 +3,35 @@
 Faults belong to the emulator, not the controller (the controller must learn about them the way it would
 from real switches), so `fabriclab emulate up` serves this beside Mininet (default 127.0.0.1:8081):
 
-    curl -X POST localhost:8081/api/v1/faults -d '{"action": "link_down", "target": "leaf1:3"}'
+    curl -X POST localhost:8081/api/v1/faults -H 'Content-Type: application/json' \
+         -d '{"action": "link_down", "target": "leaf1:3"}'
     curl localhost:8081/api/v1/faults
 
-Bodies are strict JSON (whatever the Content-Type), errors are `{"error", "field"}`, and with
-FABRICLAB_API_TOKEN set a POST needs `Authorization: Bearer <token>`, as on the controller.
+Same guard, error shape and token rules as the controller's API (`controller.rest.common`).
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, ValidationError
+from fastapi import Depends, FastAPI, Request
+from pydantic import BaseModel, ConfigDict
 
-API = "/api/v1"
+from controller.rest.common import (
+    API,
+    ApiError,
+    ErrorBody,
+    allowed_hosts,
+    install,
+    parse_body,
+    require_token_dependency,
+)
+
+#: Faults kept for GET /faults; older ones are dropped (a long-running fabric must not grow without bound).
+MAX_FAULT_LOG = 1000
 
 
 class FaultRequest(BaseModel):
@@ -32,54 +40,71 @@ class FaultRequest(BaseModel):
     target: str
 
 
+class FaultRecord(BaseModel):
+    at: float
+    action: str
+    target: str
+    applied: str
+
+
+class EmulationSummary(BaseModel):
+    fabric: str
+    switches: int
+    hosts: int
+    pairs: int
+    pairs_reachable: int
+    verified_s: float
+
+
 def create_app(
-    apply: Callable[[str, str], str], summary: dict[str, Any], token: str | None = None
+    apply: Callable[[str, str], str],
+    summary: dict[str, Any],
+    token: str | None = None,
+    address: tuple[str, int] = ("127.0.0.1", 8081),
 ) -> FastAPI:
     """`apply(action, target)` performs a fault and describes it, or raises ValueError/KeyError."""
-    app = FastAPI(title="fabriclab emulator", version="1")
-    log: list[dict[str, Any]] = []
+    app = FastAPI(title="fabriclab emulator", version="1", docs_url=None)
+    install(app, allowed_hosts(*address))
+    log: list[FaultRecord] = []
     lock = threading.Lock()
+    errors: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorBody} for code in (400, 401, 413, 415, 422)
+    }
 
-    def error(status: int, message: str, field: str | None) -> JSONResponse:
-        return JSONResponse({"error": message, "field": field}, status_code=status)
+    @app.get(f"{API}/emulation", response_model=EmulationSummary)
+    def emulation() -> EmulationSummary:
+        return EmulationSummary.model_validate(summary)
 
-    @app.get(f"{API}/emulation")
-    def emulation() -> dict[str, Any]:
-        return summary
-
-    @app.get(f"{API}/faults")
-    def faults() -> list[dict[str, Any]]:
+    @app.get(f"{API}/faults", response_model=list[FaultRecord])
+    def faults() -> list[FaultRecord]:
         with lock:
             return list(log)
 
-    @app.post(f"{API}/faults", response_model=None)
-    async def inject(request: Request) -> JSONResponse | dict[str, Any]:
-        if token is not None:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return error(401, "missing or wrong bearer token", "Authorization")
-        try:
-            body = json.loads(await request.body() or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error(400, f"body is not valid JSON: {exc}", None)
-        if not isinstance(body, dict):
-            return error(422, "body must be a JSON object", None)
-        try:
-            fault = FaultRequest.model_validate(body)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or None
-            return error(422, f"{field}: {first['msg']}", field)
+    @app.post(
+        f"{API}/faults",
+        response_model=FaultRecord,
+        responses=errors,
+        dependencies=[Depends(require_token_dependency(token))],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": FaultRequest.model_json_schema()}},
+            }
+        },
+    )
+    async def inject(request: Request) -> FaultRecord:
+        fault = parse_body(await request.body(), FaultRequest)
         try:
             done = apply(fault.action, fault.target)
         except (ValueError, KeyError) as exc:
-            return error(422, str(exc).strip("'\""), "target")
-        entry = {"at": round(time.time(), 6), "action": fault.action, "target": fault.target, "applied": done}
+            raise ApiError(422, str(exc).strip("'\"")[:200], "target") from None
+        entry = FaultRecord(at=round(time.time(), 6), action=fault.action, target=fault.target, applied=done)
         with lock:
             log.append(entry)
+            del log[:-MAX_FAULT_LOG]
         return entry
 
     return app
 
 
-__all__ = ["FaultRequest", "create_app"]
+__all__ = ["FaultRecord", "FaultRequest", "create_app"]

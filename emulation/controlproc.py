@@ -5,18 +5,14 @@ Used by integration tests, benchmarks and (later) the emulator when it starts it
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+from controller.rest.client import ControllerClient, wait_for
 
 
 def free_port() -> int:
@@ -24,64 +20,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-class WaitTimeout(AssertionError):
-    """`wait_for` gave up.  An AssertionError, so that tests read it as a failed expectation; its own type, so
-    that the CLI can tell the user what did not become ready instead of showing a traceback."""
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(interval_s)
-    raise WaitTimeout(f"timed out after {timeout_s} s waiting for {what}; last: {last!r}")
-
-
-class ControllerClient:
-    """The controller's REST API at host:api_port, whoever started it (this process, a user, compose)."""
-
-    def __init__(self, host: str, api_port: int) -> None:
-        self.host, self.api_port = host, api_port
-
-    def request(
-        self, method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None
-    ) -> tuple[int, Any]:
-        req = urllib.request.Request(
-            f"http://{self.host}:{self.api_port}/api/v1/{path}",
-            data=body.encode() if body is not None else None,
-            method=method,
-            headers=headers or {},
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=60) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as err:
-            return err.code, json.load(err)
-
-    def get(self, path: str) -> Any:
-        status, body = self.request("GET", path)
-        assert status == 200, body
-        return body
-
-    def ready(self, switches: int, timeout_s: float = 60) -> dict[str, Any]:
-        """Wait until every switch is connected and holds the current tables."""
-
-        def check() -> dict[str, Any] | None:
-            health: dict[str, Any] = self.get("health")
-            ok = health["switches_connected"] == switches and health["in_sync"]
-            return health if ok else None
-
-        result: dict[str, Any] = wait_for(check, timeout_s, f"{switches} switches connected and in sync")
-        return result
 
 
 class ControllerProcess(ControllerClient):
@@ -107,7 +45,7 @@ class ControllerProcess(ControllerClient):
 
     def start(self, env: dict[str, str] | None = None) -> None:
         argv = [
-            sys.executable, "-m", "controller.cli", "controller",
+            sys.executable, "-m", "fabriclab", "controller",
             "--topology", str(self.topology), "--state-dir", str(self.state_dir),
             "--openflow", f"{self.host}:{self.of_port}", "--api", f"{self.host}:{self.api_port}",
             *self.extra,
@@ -131,4 +69,4 @@ class ControllerProcess(ControllerClient):
             self.proc = None
 
 
-__all__ = ["ControllerClient", "ControllerProcess", "WaitTimeout", "free_port", "wait_for"]
+__all__ = ["ControllerProcess", "free_port"]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from controller.sm.addressing import IPV4_PREFIX_LEN
 from emulation.mesh import Endpoint
 from topologies.model import Fabric
 
@@ -85,7 +86,7 @@ class MininetFabric:
         controller: str = "tcp:127.0.0.1:6653",
         scale: Scale | None = None,
         mtu: int = 1500,
-        prefix_len: int = 16,
+        prefix_len: int = IPV4_PREFIX_LEN,
         inactivity_probe_ms: int = 30000,
         name_prefix: str = "",
     ) -> None:

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from controller.sm.addressing import IPV4_PREFIX_LEN
 from topologies.model import Fabric
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
@@ -142,7 +143,7 @@ class OvsFabric:
         tag: str | None = None,
         inactivity_probe_ms: int = 30000,
         mtu: int = 1500,
-        prefix_len: int = 16,
+        prefix_len: int = IPV4_PREFIX_LEN,
         static_arp: bool = False,
     ) -> None:
         self.fabric, self.addresses, self.controller = fabric, addresses, controller

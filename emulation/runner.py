@@ -91,6 +91,7 @@ def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> d
     args = ["--engine", spec.controller.engine]
     args += [] if spec.controller.fast_failover else ["--no-fast-failover"]
     args += ["--multipath"] if spec.controller.multipath else []
+    args += ["--stats-interval", str(spec.poll_interval_s)]
     topology = (scenario.file.parent / spec.topology).resolve()
     ctl = ControllerProcess(topology, work / "state", work / "controller.log", *args)
     timings: dict[str, float] = {}
@@ -160,8 +161,11 @@ def _traffic_and_faults(
     def poll() -> None:
         while not poller_stop.is_set():
             with contextlib.suppress(Exception):  # a missed sample is a gap in the plot, not a failed run
-                samples.append((time.time(), ctl.get("links?counters=true")))
-            poller_stop.wait(spec.poll_interval_s)
+                links = ctl.get("links?counters=true")
+                at = next((lk["counters_at"] for lk in links if lk.get("counters_at")), None)
+                if at is not None and (not samples or at > samples[-1][0]):  # the controller polled anew
+                    samples.append((at, links))
+            poller_stop.wait(spec.poll_interval_s / 2)
 
     poller = threading.Thread(target=poll, name="counters", daemon=True)
     t0 = time.monotonic()

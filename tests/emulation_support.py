@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from emulation.controlproc import ControllerProcess, free_port, wait_for
+from controller.rest.client import wait_for
+from emulation.controlproc import ControllerProcess, free_port
 from emulation.ovs import OvsDaemon, ovs_available
 
 REQUIRE_ENV = "FABRICLAB_REQUIRE_EMULATION"

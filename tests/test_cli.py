@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli import main
+from fabriclab.cli import main
 from tests.conftest import ROOT
 from topologies.loader import load_topology
 
@@ -130,7 +130,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ngenerator: {kind: fat-tree, k: 3}\n")
     done = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "--debug", "topo", "check", str(bad)],
+        [sys.executable, "-m", "fabriclab", "--debug", "topo", "check", str(bad)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -138,7 +138,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     )
     assert done.returncode != 0 and "Traceback" in done.stderr and "TopologyError" in done.stderr
     done = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "topo", "check", str(bad)],
+        [sys.executable, "-m", "fabriclab", "topo", "check", str(bad)],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -19,7 +19,7 @@ TOPOLOGY = ROOT / "topologies" / "fat-tree-k4.yaml"
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", "controller", *args],
+        [sys.executable, "-m", "fabriclab", "controller", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -83,7 +83,7 @@ def test_sigterm_and_sigint_stop_the_controller_cleanly(tmp_path: Path) -> None:
 )
 def test_emulate_up_refuses_bad_addresses_before_building(args: list[str], message: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli", *args],
+        [sys.executable, "-m", "fabriclab", "emulate", "up", str(TOPOLOGY), "--no-cli", *args],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and message in done.stderr, done.stderr

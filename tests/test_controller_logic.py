@@ -1,4 +1,4 @@
-"""The controller's logic (subnet manager + intents + rollout) against fake OpenFlow switches.
+"""The controller's logic (decision core + subnet manager + intents) against fake OpenFlow switches.
 
 Invariants, not exact tables: every host pair is delivered for every engine and forwarding mode, through
 fast-failover before the controller reacts to a cut uplink, after make (adds only) and after break
@@ -12,17 +12,11 @@ import random
 
 import pytest
 
-from controller.sm.intents import (
-    COOKIE_MAGIC,
-    ForwardingOptions,
-    GroupKind,
-    SwitchProgram,
-    diff,
-    generation_of,
-    rollout,
-)
-from controller.sm.manager import Computation, SubnetManager
-from tests.fakes import FakeFabric, NotDelivered
+from controller.core.events import PortChange, PortsChanged
+from controller.sm.intents import COOKIE_MAGIC, ForwardingOptions, GroupKind, diff, generation_of
+from controller.sm.manager import SubnetManager
+from tests.core_driver import CoreDriver
+from tests.fakes import NotDelivered
 from topologies.generators import fat_tree, leaf_spine, rail
 from topologies.model import Fabric
 
@@ -38,44 +32,26 @@ def fabrics() -> list[Fabric]:
     return [fat_tree(4), leaf_spine(4, 3, 3, parallel=2), rail(4, 4, groups=2)]
 
 
-def push(fake: FakeFabric, computation: Computation, check_between: bool = True) -> None:
-    """Roll a computation out the way the service does, checking delivery between make and break."""
-    installed: dict[str, SwitchProgram | None] = {
-        name: SwitchProgram.of(name, 0, sw.flows.values(), sw.groups.values())
-        for name, sw in fake.switches.items()
-    }
-    deltas = rollout(installed, computation.programs)
-    for name, delta in deltas.items():
-        fake.switches[name].apply_make(delta)
-    if check_between:
-        fake.assert_delivers(fake.all_pairs(computation.tables.subnet.fabric.hosts_names()))
-    for name, delta in deltas.items():
-        fake.switches[name].apply_break(delta)
-
-
-def assert_holds_desired(fake: FakeFabric, computation: Computation) -> None:
-    for name, program in computation.programs.items():
-        switch = fake.switches[name]
-        assert {k: f.actions for k, f in switch.flows.items()} == {
-            k: f.actions for k, f in program.flows.items()
-        }, name
-        assert switch.groups == dict(program.groups), name
+def driven(fabric: Fabric, engine: str = "ftree", mode: str = "ff") -> CoreDriver:
+    """The controller's core started and every switch connected (programmed through real OpenFlow bytes)."""
+    d = CoreDriver(fabric, engine=engine, options=MODES[mode])
+    d.start()
+    d.connect_all()
+    return d
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("fabric", fabrics(), ids=lambda f: f.name)
 def test_every_engine_and_mode_delivers_all_pairs(fabric: Fabric, engine: str, mode: str) -> None:
-    sm = SubnetManager(fabric, engine=engine, options=MODES[mode])
-    computation = sm.recompute()
-    assert computation.verification.ok
-    fake = FakeFabric(fabric, sm.addresses)
-    push(fake, computation, check_between=False)
+    d = driven(fabric, engine, mode)
+    computation = d.state.current
+    assert computation is not None and computation.verification.ok and d.state.in_sync
     hashes = range(4) if mode == "select" else (0,)
-    delivered = fake.assert_delivers(fake.all_pairs(), hashes)
+    delivered = d.fake.assert_delivers(d.fake.all_pairs(), hashes)
     n = len(fabric.hosts)
     assert delivered == n * (n - 1) * len(hashes)
-    assert_holds_desired(fake, computation)
+    d.assert_holds_desired()
     groups = [g for p in computation.programs.values() for g in p.groups.values()]
     if mode == "static":
         assert not groups
@@ -90,9 +66,7 @@ def test_fast_failover_protects_upward_hops_before_the_controller_reacts() -> No
     source below a cut leaf-agg or agg-core link still reaches everyone.  Downward hops (one way down in a
     tree) wait for the controller, which moves the choice upstream (next test)."""
     fabric = fat_tree(4)
-    sm = SubnetManager(fabric, engine="ftree")
-    fake = FakeFabric(fabric, sm.addresses)
-    push(fake, sm.recompute(), check_between=False)
+    fake = driven(fabric).fake
     checked = 0
     for index, link in enumerate(fabric.links):
         a, b = fabric.nodes[link.a.node], fabric.nodes[link.b.node]
@@ -111,29 +85,32 @@ def test_fast_failover_protects_upward_hops_before_the_controller_reacts() -> No
 
 def test_without_fast_failover_a_cut_link_drops_until_the_controller_reroutes() -> None:
     fabric = fat_tree(4)
-    sm = SubnetManager(fabric, engine="ftree", options=MODES["static"])
-    fake = FakeFabric(fabric, sm.addresses)
-    push(fake, sm.recompute(), check_between=False)
+    d = driven(fabric, mode="static")
+    fake = d.fake
     link = next(
         i for i, lk in enumerate(fabric.links) if lk.a.node.startswith("agg") or lk.b.node.startswith("agg")
     )
-    for end in fake.set_link(link, up=False):
-        sm.set_port_state(end.node, end.port, False, now=1.0)
+    ends = fake.set_link(link, up=False)  # the cable dies; the controller has not heard yet
     with pytest.raises(NotDelivered):
         fake.assert_delivers(fake.all_pairs())
-    computation = sm.recompute()
-    push(fake, computation)
+    d.sb.between_phases.append(lambda: fake.assert_delivers(fake.all_pairs()))
+    d.feed(PortsChanged(tuple(PortChange(d.sb.dpids[e.node], e.port, False, 1.0) for e in ends)))
     fake.assert_delivers(fake.all_pairs())
-    assert_holds_desired(fake, computation)
+    d.assert_holds_desired()
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("seed", range(3))
 def test_random_failures_and_repairs_leave_no_stale_entries(engine: str, seed: int) -> None:
     fabric = fat_tree(4)
-    sm = SubnetManager(fabric, engine=engine)
-    fake = FakeFabric(fabric, sm.addresses)
-    push(fake, sm.recompute(), check_between=False)
+    d = driven(fabric, engine)
+    fake = d.fake
+
+    def live_pairs_delivered() -> None:  # between make and break of every reroute
+        assert d.state.current is not None
+        fake.assert_delivers(fake.all_pairs(d.state.current.tables.subnet.fabric.hosts_names()))
+
+    d.sb.between_phases.append(live_pairs_delivered)
     rng = random.Random(seed)
     switch_links = [
         i
@@ -148,19 +125,18 @@ def test_random_failures_and_repairs_leave_no_stale_entries(engine: str, seed: i
         else:
             index, up = rng.choice(sorted(set(switch_links) - down)), False
             down.add(index)
-        changed = False
-        for end in fake.set_link(index, up=up):
-            changed |= sm.set_port_state(end.node, end.port, up, now=float(step))
-        assert changed
-        computation = sm.recompute()
+        generation = d.state.generation
+        d.now = float(step)
+        d.set_link(index, up=up)
+        computation = d.state.current
+        assert computation is not None and computation.generation == generation + 1  # a reroute happened
         v = computation.verification
         assert (v.unreachable_pairs, v.loop_entries, v.dead_entries) == (0, 0, 0), (
             v
         )  # sssp: no deadlock promise
-        push(fake, computation)
         live_hosts = computation.tables.subnet.fabric.hosts_names()
         fake.assert_delivers(fake.all_pairs(live_hosts))
-        assert_holds_desired(fake, computation)
+        d.assert_holds_desired()
 
 
 def test_an_unchanged_fabric_recomputes_to_an_empty_delta_and_cookies_carry_generations() -> None:

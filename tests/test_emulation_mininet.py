@@ -157,7 +157,7 @@ def test_emulate_up_runs_headless_and_stops_cleanly(daemon: OvsDaemon, tmp_path:
 
     api, of = free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli",
+        [sys.executable, "-m", "fabriclab", "emulate", "up", str(TOPOLOGY), "--no-cli",
          "--api", f"127.0.0.1:{api}", "--openflow", f"127.0.0.1:{of}"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -177,7 +177,7 @@ def test_emulate_up_runs_headless_and_stops_cleanly(daemon: OvsDaemon, tmp_path:
 def test_faults_from_the_cli_helper_cut_and_restore_real_interfaces(
     daemon: OvsDaemon, tmp_path: Path
 ) -> None:
-    from controller.cli.emulate import apply_fault
+    from emulation.session import apply_fault
 
     net = uncontrolled(load_topology(TOPOLOGY))  # faults act on interfaces: no controller needed
     try:
@@ -208,7 +208,7 @@ def test_a_controller_that_never_programs_the_switches_is_a_clear_error(
     the fabric built meanwhile is gone."""
     controller = f"tcp:127.0.0.1:{free_port()}"
     done = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli",
+        [sys.executable, "-m", "fabriclab", "emulate", "up", str(TOPOLOGY), "--no-cli",
          "--controller", controller, "--controller-api", f"127.0.0.1:{free_port()}",
          "--emu-api", f"127.0.0.1:{free_port()}", "--ready-timeout", "2"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
@@ -230,7 +230,7 @@ def test_sigterm_at_any_moment_of_bring_up_leaves_nothing(
     from emulation.controlproc import free_port
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli",
+        [sys.executable, "-m", "fabriclab", "emulate", "up", str(TOPOLOGY), "--no-cli",
          "--api", f"127.0.0.1:{free_port()}", "--openflow", f"127.0.0.1:{free_port()}"],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -240,7 +240,7 @@ def test_sigterm_at_any_moment_of_bring_up_leaves_nothing(
     fabric = load_topology(TOPOLOGY)
     assert leftovers(list(fabric.nodes)) == []
     assert (
-        subprocess.run(["pgrep", "-f", "controller.cli controller"], capture_output=True, check=False).stdout
+        subprocess.run(["pgrep", "-f", "fabriclab controller"], capture_output=True, check=False).stdout
         == b""
     )
 
@@ -265,18 +265,22 @@ def test_faults_over_the_emulators_rest_api(daemon: OvsDaemon, tmp_path: Path) -
     import urllib.error
     import urllib.request
 
-    from emulation.controlproc import free_port, wait_for
+    from controller.rest.client import wait_for
+    from emulation.controlproc import free_port
 
     api, emu, of = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "controller.cli", "emulate", "up", str(TOPOLOGY), "--no-cli",
+        [sys.executable, "-m", "fabriclab", "emulate", "up", str(TOPOLOGY), "--no-cli",
          "--api", f"127.0.0.1:{api}", "--openflow", f"127.0.0.1:{of}", "--emu-api", f"127.0.0.1:{emu}"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
     def post(body: str) -> tuple[int, dict[str, object]]:
         req = urllib.request.Request(
-            f"http://127.0.0.1:{emu}/api/v1/faults", data=body.encode(), method="POST"
+            f"http://127.0.0.1:{emu}/api/v1/faults",
+            data=body.encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
         )
         try:
             with urllib.request.urlopen(req, timeout=10) as response:

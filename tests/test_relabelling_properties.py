@@ -24,12 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.cli import main
 from controller.sm.engines import default_registry
 from controller.sm.quality import quality
 from controller.sm.subnet import NO_PORT, Subnet
 from controller.sm.tables import RoutingTables
 from controller.sm.verify import verify
+from fabriclab.cli import main
 from topologies.generators import fat_tree, leaf_spine, opensm_fat_tree, rail
 from topologies.loader import dump_yaml, load_topology
 from topologies.model import Fabric

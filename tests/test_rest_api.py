@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from controller.core.state import FabricState
 from controller.rest.api import create_app
 from controller.service import FabricService
-from controller.sm.manager import SubnetManager
 from controller.state import StateStore
 from tests.fakes import FakeFabric, FakeSouthbound
 from topologies.generators import fat_tree
@@ -21,12 +22,20 @@ from topologies.generators import fat_tree
 class Rig:
     def __init__(self, state_dir: Path, token: str | None = None, fake: FakeFabric | None = None) -> None:
         fabric = fat_tree(4)
-        self.manager = SubnetManager(fabric)
-        self.service = FabricService.restore(self.manager, StateStore(state_dir), lldp_interval_s=3600)
-        self.fake = fake or FakeFabric(fabric, self.manager.addresses)
+        self.service = FabricService.for_fabric(fabric, StateStore(state_dir), lldp_interval_s=3600)
+        self.fake = fake or FakeFabric(fabric, self.service.context.addresses)
         self.sb = FakeSouthbound(self.fake, self.service)
         self.service.start(self.sb)
         self.client = TestClient(create_app(self.service, token))
+
+    @property
+    def state(self) -> FabricState:
+        return self.service.snapshot().state
+
+    def put(self, body: str, **headers: str) -> Any:
+        return self.client.put(
+            "/api/v1/routing", content=body, headers={"Content-Type": "application/json", **headers}
+        )
 
     def connect_all(self) -> None:
         for dpid in sorted(self.sb.dpids.values()):
@@ -35,8 +44,7 @@ class Rig:
         self.settle()
 
     def settle(self) -> None:
-        for _ in range(3):  # tasks may queue follow-up tasks (re-reads)
-            self.service.call(lambda: None)
+        self.service.sync()
 
     def cut(self, index: int, up: bool = False) -> None:
         for end in self.fake.set_link(index, up=up):
@@ -84,15 +92,15 @@ def test_routes_follow_the_installed_tables(rig: Rig) -> None:
 
 
 def test_routing_change_reprograms_and_persists(rig: Rig, tmp_path: Path) -> None:
-    before = rig.manager.generation
-    response = rig.client.put("/api/v1/routing", content=json.dumps({"engine": "sssp"}))
+    before = rig.state.generation
+    response = rig.put(json.dumps({"engine": "sssp"}))
     assert response.status_code == 200, response.text
     event = response.json()
     assert event["kind"] == "routing_change" and event["generation"] == before + 1 and event["flow_mods"] > 0
     assert rig.client.get("/api/v1/routing").json()["engine"] == "sssp"
     assert json.loads((tmp_path / "controller-state.json").read_text())["engine"] == "sssp"
     rig.fake.assert_delivers(rig.fake.all_pairs())
-    assert rig.service.in_sync()
+    assert rig.state.in_sync
 
 
 @pytest.mark.parametrize(
@@ -110,42 +118,39 @@ def test_bad_bodies_are_rejected_whole_and_change_nothing(
     rig: Rig, tmp_path: Path, body: str, status: int, field: str | None
 ) -> None:
     state = (tmp_path / "controller-state.json").read_text()
-    generation, pushes = rig.manager.generation, rig.sb.pushes
-    response = rig.client.put("/api/v1/routing", content=body)
+    generation, pushes = rig.state.generation, rig.sb.pushes
+    response = rig.put(body)
     assert response.status_code == status
     assert response.json()["field"] == field and response.json()["error"]
-    assert rig.manager.generation == generation and rig.sb.pushes == pushes
+    assert rig.state.generation == generation and rig.sb.pushes == pushes
     assert (tmp_path / "controller-state.json").read_text() == state
 
 
 def test_dry_run_reports_without_changing(rig: Rig) -> None:
-    generation = rig.manager.generation
-    report = rig.client.put("/api/v1/routing", content='{"engine": "minhop", "dry_run": true}').json()
+    generation = rig.state.generation
+    report = rig.put('{"engine": "minhop", "dry_run": true}').json()
     assert report["dry_run"] and report["flow_mods"] > 0
-    assert rig.manager.generation == generation and rig.manager.engine == "ftree"
+    assert rig.state.generation == generation and rig.state.config.engine == "ftree"
 
 
 def test_token_guards_mutations_only(tmp_path: Path) -> None:
     r = Rig(tmp_path, token="s3cret")
     try:
         assert r.client.get("/api/v1/routing").status_code == 200
-        denied = r.client.put("/api/v1/routing", content='{"engine": "updn"}')
+        denied = r.put('{"engine": "updn"}')
         assert denied.status_code == 401 and denied.json()["field"] == "Authorization"
-        wrong = r.client.put(
-            "/api/v1/routing", content='{"engine": "updn"}', headers={"Authorization": "Bearer x"}
-        )
-        assert wrong.status_code == 401 and r.manager.engine == "ftree"
-        ok = r.client.put(
-            "/api/v1/routing", content='{"engine": "updn"}', headers={"Authorization": "Bearer s3cret"}
-        )
-        assert ok.status_code == 200 and r.manager.engine == "updn"
+        assert denied.headers["WWW-Authenticate"] == "Bearer"
+        wrong = r.put('{"engine": "updn"}', Authorization="Bearer x")
+        assert wrong.status_code == 401 and r.state.config.engine == "ftree"
+        ok = r.put('{"engine": "updn"}', Authorization="Bearer s3cret")
+        assert ok.status_code == 200 and r.state.config.engine == "updn"
     finally:
         r.stop()
 
 
 def test_link_failure_event_has_timings_and_reroutes(rig: Rig) -> None:
     link = next(i for i, lk in enumerate(rig.fake.fabric.links) if lk.a.node == "agg1" or lk.b.node == "agg1")
-    since = rig.service.recent_events()[-1]["id"]
+    since = rig.state.records[-1].id
     rig.cut(link)
     events = rig.client.get("/api/v1/events", params={"since": since}).json()
     down = [e for e in events if e["kind"] == "port_down"]
@@ -157,7 +162,7 @@ def test_link_failure_event_has_timings_and_reroutes(rig: Rig) -> None:
     rig.fake.assert_delivers(rig.fake.all_pairs())
     rig.cut(link, up=True)
     assert rig.client.get("/api/v1/events").json()[-1]["kind"] == "port_up"
-    assert rig.service.in_sync()
+    assert rig.state.in_sync
 
 
 def test_validation_report_after_discovery(rig: Rig) -> None:
@@ -172,18 +177,18 @@ def test_validation_report_after_discovery(rig: Rig) -> None:
 def test_restart_reconciles_without_rewriting(tmp_path: Path) -> None:
     first = Rig(tmp_path)
     first.connect_all()
-    first.client.put("/api/v1/routing", content='{"engine": "sssp"}')
+    assert first.put('{"engine": "sssp"}').status_code == 200
     fake = first.fake
     first.stop()
     second = Rig(tmp_path, fake=fake)
     try:
-        assert second.manager.engine == "sssp"
+        assert second.state.config.engine == "sssp"
         messages = sum(s.messages for s in fake.switches.values())
         second.connect_all()
         assert sum(s.messages for s in fake.switches.values()) == messages  # nothing rewritten
-        connects = [e for e in second.service.recent_events() if e["kind"] == "switch_connect"]
-        assert len(connects) == 20 and all(e["flow_mods"] == 0 for e in connects)
-        assert second.service.in_sync()
+        connects = [r for r in second.state.records if r.kind == "switch_connect"]
+        assert len(connects) == 20 and all(r.flow_mods == 0 for r in connects)
+        assert second.state.in_sync
     finally:
         second.stop()
 
@@ -197,17 +202,17 @@ def test_stale_and_foreign_entries_are_removed_on_connect(tmp_path: Path) -> Non
         r.fake.switches["leaf1"].add_flow(junk)
         r.connect_all()
         assert junk.key not in r.fake.switches["leaf1"].flows
-        assert r.service.in_sync()
+        assert r.state.in_sync
     finally:
         r.stop()
 
 
 def test_a_failed_update_is_repaired_by_reading_the_switch_back(rig: Rig) -> None:
     rig.sb.fail_next.update(rig.sb.dpids.values())
-    response = rig.client.put("/api/v1/routing", content='{"engine": "minhop"}').json()
+    response = rig.put('{"engine": "minhop"}').json()
     assert response["failed_switches"]
     rig.settle()
-    assert rig.service.in_sync()
+    assert rig.state.in_sync
     rig.fake.assert_delivers(rig.fake.all_pairs())
 
 

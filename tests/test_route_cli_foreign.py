@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli import main
+from fabriclab.cli import main
 from tests.conftest import DATA
 
 

@@ -18,7 +18,7 @@ from traffic.trace import read_trace
 
 def fabriclab(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", *args],
+        [sys.executable, "-m", "fabriclab", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -37,7 +37,6 @@ PRIORITY_CONTROL = 1000
 PRIORITY_ROUTE = 100
 ETH_TYPE_ARP = 0x0806
 ETH_TYPE_LLDP = 0x88CC
-CONTROLLER_PORT = 0xFFFFFFFD
 
 #: A match is a sorted tuple of (OpenFlow field name, value); values are plain integers.
 Match = tuple[tuple[str, int], ...]
@@ -311,7 +310,6 @@ def rollout(
 
 
 __all__ = [
-    "CONTROLLER_PORT",
     "COOKIE_MAGIC",
     "COOKIE_MASK",
     "ETH_TYPE_ARP",

@@ -1,8 +1,10 @@
-"""The subnet manager's state machine: declared fabric + live port state -> routed tables -> switch programs.
+"""Routing a fabric as the subnet manager sees it: declared fabric + live port state -> tables -> programs.
 
-Pure and single-threaded by design: every method takes the time (`now`, seconds) from its caller and returns
-data; the service around it owns threads, clocks and I/O.  That keeps routing decisions reproducible (same
-events in, same tables out) and lets unit tests drive the whole controller logic against fake switches.
+`SubnetContext` holds what never changes while a controller runs (the declared fabric, LIDs, addresses,
+datapath ids, the engine registry) and computes one routed generation as a pure function of the ports that
+are down, the engine, the forwarding options and the previous generation.  The controller's decision core
+(`controller.core`) keeps the changing state and calls it; `SubnetManager` is a small stateful convenience
+around it for scripts, benchmarks and tests.
 
 Liveness is tracked per port, as switches report it.  A link is usable when neither end is reported down;
 what the subnet manager routes is the part of the live fabric with the most hosts (hosts cut off entirely
@@ -22,7 +24,6 @@ from controller.sm.intents import ForwardingOptions, SwitchProgram, compile_prog
 from controller.sm.lids import LidMap, assign_lids
 from controller.sm.subnet import Subnet
 from controller.sm.tables import Hop, RouteError, RoutingTables
-from controller.sm.validation import Discovery
 from controller.sm.verify import Verification, verify
 from topologies.faults import largest_component
 from topologies.model import Fabric, PortRef
@@ -59,8 +60,144 @@ class Computation:
         return None if self.changed_lids is None else len(self.changed_lids)
 
 
+def _route(
+    router: RoutingEngine, live: Fabric, lids: LidMap, previous: Computation | None
+) -> tuple[RoutingTables, Verification, frozenset[int] | None]:
+    """Incremental when the live fabric is the previous computation's minus failures with the same engine
+    (only destinations that used the failed part move); a full routing otherwise, or when the spliced tables
+    do not verify."""
+    if previous is not None and previous.tables.engine == router.name:
+        try:
+            result = reroute(previous.tables, live, router, lids)
+        except NotIncremental:
+            result = None
+        if result is not None and (result.failed_links or result.failed_switches or result.removed_lids):
+            verification = verify(result.tables)
+            if verification.ok:
+                return result.tables, verification, result.changed_lids
+            return result.full, verify(result.full), None
+    tables = router.route(Subnet.build(live, lids))
+    return tables, verify(tables), None
+
+
+@dataclass(frozen=True, eq=False)
+class SubnetContext:
+    """The declared fabric and everything derived from it that stays fixed at run time."""
+
+    declared: Fabric
+    registry: EngineRegistry
+    lids: LidMap
+    addresses: AddressTable
+    dpids: Mapping[str, int]
+    switch_of_dpid: Mapping[int, str]
+
+    @classmethod
+    def build(cls, declared: Fabric, registry: EngineRegistry | None = None) -> SubnetContext:
+        lids = assign_lids(declared)
+        dpids = {s.name: s.guid for s in declared.switches}
+        return cls(
+            declared=declared,
+            registry=registry or default_registry(),
+            lids=lids,
+            addresses=AddressTable.build(lids),
+            dpids=dpids,
+            switch_of_dpid={d: n for n, d in dpids.items()},
+        )
+
+    def switch_name(self, dpid: int) -> str:
+        try:
+            return self.switch_of_dpid[dpid]
+        except KeyError:
+            raise UnknownSwitch(f"datapath {dpid:016x} is not a switch of {self.declared.name}") from None
+
+    def declared_ports(self, switch: str) -> list[int]:
+        return sorted(ref.port for ref in self.declared.port_map if ref.node == switch)
+
+    def link_up(self, index: int, ports_down: Mapping[PortRef, float]) -> bool:
+        link = self.declared.links[index]
+        return link.a not in ports_down and link.b not in ports_down
+
+    def down_links(self, ports_down: Mapping[PortRef, float]) -> list[int]:
+        if not ports_down:
+            return []
+        return [i for i in range(len(self.declared.links)) if not self.link_up(i, ports_down)]
+
+    def link_of(self, ref: PortRef) -> int | None:
+        entry = self.declared.port_map.get(ref)
+        return entry[0] if entry is not None else None
+
+    def live_fabric(self, ports_down: Mapping[PortRef, float]) -> tuple[Fabric, tuple[str, ...]]:
+        """The routable part: declared minus dead links, reduced to the component with the most hosts."""
+        reduced = self.declared.without(links=self.down_links(ports_down))
+        kept = largest_component(reduced)
+        stray = [name for name in reduced.nodes if name not in kept]
+        lost = tuple(sorted(n for n in stray if reduced.nodes[n].is_host))
+        return (reduced.without(nodes=stray) if stray else reduced), lost
+
+    def compute(
+        self,
+        engine: str,
+        options: ForwardingOptions,
+        ports_down: Mapping[PortRef, float],
+        generation: int,
+        previous: Computation | None = None,
+        fallback: str | None = None,
+    ) -> Computation:
+        """Route the live fabric as generation `generation`: raises `UnknownEngine` before doing anything.
+        With `previous` (same engine and options), switches whose rows are unchanged keep their programs.
+
+        When `previous` was routed by the same engine and the live fabric is its fabric minus failed links or
+        switches, only the destinations whose routes used the failed part are rerouted
+        (`incremental.reroute`; `changed_lids` says which moved).  With `fallback`, an engine that cannot
+        route the live fabric (ftree on a non-tree) is replaced by it, and `fallback` in the result says why.
+        """
+        router = self.registry.create(engine)
+        if fallback is not None:
+            self.registry.create(fallback)
+        live, lost = self.live_fabric(ports_down)
+        lids = assign_lids(live, previous=self.lids)
+        note = None
+        if fallback is not None:
+            router, note = select_engine(self.registry, engine, Subnet.build(live, lids), fallback)
+        tables, verification, changed = _route(router, live, lids, previous)
+        reuse = None
+        if previous is not None and previous.engine == engine and previous.options == options:
+            reuse = (previous.tables, previous.programs)
+        programs = compile_programs(tables, self.addresses, self.dpids, options, generation, reuse)
+        return Computation(
+            generation=generation,
+            engine=engine,
+            options=options,
+            tables=tables,
+            programs=programs,
+            verification=verification,
+            down_links=tuple(str(self.declared.links[i]) for i in self.down_links(ports_down)),
+            lost_hosts=lost,
+            incremental=changed is not None,
+            fallback=note,
+            changed_lids=changed,
+        )
+
+    def route(self, computation: Computation, src: str, dst: str) -> list[Hop]:
+        for name in (src, dst):
+            if name not in self.declared.nodes:
+                raise RouteError(f"unknown node {name!r}")
+        return computation.tables.path(src, dst)
+
+    def lft(self, computation: Computation, switch: str) -> dict[int, int]:
+        if switch not in self.dpids:
+            raise UnknownSwitch(f"unknown switch {switch!r}")
+        tables = computation.tables
+        if switch not in tables.subnet.switch_index:
+            return {}
+        return tables.table(switch)
+
+
 @dataclass
 class SubnetManager:
+    """A stateful convenience over `SubnetContext` (scripts, benchmarks, tests): remembers port state, the
+    engine, options and the last computation.  The controller itself keeps that state in `controller.core`."""
+
     declared: Fabric
     engine: str = "ftree"
     options: ForwardingOptions = field(default_factory=ForwardingOptions)
@@ -74,103 +211,45 @@ class SubnetManager:
         self.registry.create(self.engine)  # unknown engine: fail before anything runs
         if self.fallback is not None:
             self.registry.create(self.fallback)
-        self.lids: LidMap = assign_lids(self.declared)
-        self.addresses = AddressTable.build(self.lids)
-        self.dpids: dict[str, int] = {s.name: s.guid for s in self.declared.switches}
-        self.switch_of_dpid: dict[int, str] = {d: n for n, d in self.dpids.items()}
+        self.context = SubnetContext.build(self.declared, self.registry)
         self.ports_down: dict[PortRef, float] = {}
-        self.discovery = Discovery(self.declared, self.dpids)
         self.current: Computation | None = None
 
-    # --- port and link state ---------------------------------------------------------------------------
+    @property
+    def lids(self) -> LidMap:
+        return self.context.lids
 
-    def switch_name(self, dpid: int) -> str:
-        try:
-            return self.switch_of_dpid[dpid]
-        except KeyError:
-            raise UnknownSwitch(f"datapath {dpid:016x} is not a switch of {self.declared.name}") from None
+    @property
+    def addresses(self) -> AddressTable:
+        return self.context.addresses
+
+    @property
+    def dpids(self) -> Mapping[str, int]:
+        return self.context.dpids
 
     def set_port_state(self, switch: str, port: int, up: bool, now: float) -> bool:
         """Record a port's liveness; True when that changes a declared link's usability (reroute needed)."""
         ref = PortRef(switch, port)
-        was_down = ref in self.ports_down
-        if up == (not was_down):
+        if up == (ref not in self.ports_down):
             return False
-        entry = self.declared.port_map.get(ref)
-        link_was_up = entry is not None and self.link_up(entry[0])
+        index = self.context.link_of(ref)
+        was_up = index is not None and self.context.link_up(index, self.ports_down)
         if up:
             del self.ports_down[ref]
         else:
             self.ports_down[ref] = now
-            self.discovery.forget_port(switch, port)
-        return entry is not None and self.link_up(entry[0]) != link_was_up
-
-    def link_up(self, index: int) -> bool:
-        link = self.declared.links[index]
-        return link.a not in self.ports_down and link.b not in self.ports_down
-
-    def down_links(self) -> list[int]:
-        return [i for i in range(len(self.declared.links)) if not self.link_up(i)]
-
-    def live_fabric(self) -> tuple[Fabric, tuple[str, ...]]:
-        reduced = self.declared.without(links=self.down_links())
-        kept = largest_component(reduced)
-        stray = [name for name in reduced.nodes if name not in kept]
-        lost = tuple(sorted(n for n in stray if reduced.nodes[n].is_host))
-        return (reduced.without(nodes=stray) if stray else reduced), lost
-
-    # --- routing ---------------------------------------------------------------------------------------
+        return index is not None and self.context.link_up(index, self.ports_down) != was_up
 
     def compute(self, engine: str | None = None, options: ForwardingOptions | None = None) -> Computation:
         """Route the live fabric (without committing): raises on an unknown engine, changes nothing."""
-        engine = engine or self.engine
-        options = options or self.options
-        router = self.registry.create(engine)
-        live, lost = self.live_fabric()
-        lids = assign_lids(live, previous=self.lids)
-        note = None
-        if self.fallback is not None:
-            router, note = select_engine(self.registry, engine, Subnet.build(live, lids), self.fallback)
-        tables, verification, changed = self._route(router, live, lids)
-        generation = self.generation + 1
-        previous = None
-        if self.current is not None and self.current.engine == engine and self.current.options == options:
-            previous = (self.current.tables, self.current.programs)
-        programs = compile_programs(tables, self.addresses, self.dpids, options, generation, previous)
-        return Computation(
-            generation=generation,
-            engine=engine,
-            options=options,
-            tables=tables,
-            programs=programs,
-            verification=verification,
-            down_links=tuple(str(self.declared.links[i]) for i in self.down_links()),
-            lost_hosts=lost,
-            incremental=changed is not None,
-            changed_lids=changed,
-            fallback=note,
+        return self.context.compute(
+            engine or self.engine,
+            options or self.options,
+            self.ports_down,
+            self.generation + 1,
+            self.current,
+            self.fallback,
         )
-
-    def _route(
-        self, router: RoutingEngine, live: Fabric, lids: LidMap
-    ) -> tuple[RoutingTables, Verification, frozenset[int] | None]:
-        """Incremental when the live fabric is the last computation's minus failures with the same engine
-        (only destinations that used the failed part move); a full routing otherwise, or when the spliced
-        tables do not verify."""
-        current = self.current
-        if current is not None and current.tables.engine == router.name:
-            previous = current.tables
-            try:
-                result = reroute(previous, live, router, lids)
-            except NotIncremental:
-                result = None
-            if result is not None and (result.failed_links or result.failed_switches or result.removed_lids):
-                verification = verify(result.tables)
-                if verification.ok:
-                    return result.tables, verification, result.changed_lids
-                return result.full, verify(result.full), None
-        tables = router.route(Subnet.build(live, lids))
-        return tables, verify(tables), None
 
     def commit(self, computation: Computation) -> None:
         self.current = computation
@@ -190,18 +269,10 @@ class SubnetManager:
         return self.current
 
     def route(self, src: str, dst: str) -> list[Hop]:
-        for name in (src, dst):
-            if name not in self.declared.nodes:
-                raise RouteError(f"unknown node {name!r}")
-        return self.require_current().tables.path(src, dst)
+        return self.context.route(self.require_current(), src, dst)
 
     def lft(self, switch: str) -> dict[int, int]:
-        if switch not in self.dpids:
-            raise UnknownSwitch(f"unknown switch {switch!r}")
-        tables = self.require_current().tables
-        if switch not in tables.subnet.switch_index:
-            return {}
-        return tables.table(switch)
+        return self.context.lft(self.require_current(), switch)
 
 
-__all__ = ["Computation", "SubnetManager", "UnknownSwitch"]
+__all__ = ["Computation", "SubnetContext", "SubnetManager", "UnknownSwitch"]

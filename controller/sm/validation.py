@@ -10,8 +10,8 @@ LLDP); a host's ARP arriving on a port is a sighting: `ok` on its declared port,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from topologies.model import Fabric, PortRef
@@ -20,48 +20,69 @@ from topologies.model import Fabric, PortRef
 DISCOVERY_GRACE_S = 5.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Discovery:
-    declared: Fabric
-    dpids: Mapping[str, int]
-    connected_at: dict[str, float] = field(default_factory=dict)
-    #: Seen one-way links: (from port, to port) -> last time seen.
-    seen: dict[tuple[PortRef, PortRef], float] = field(default_factory=dict)
+    """What discovery has seen so far.  Immutable: every change returns a new value, so the controller can
+    publish it to readers without locks."""
+
+    connected_at: Mapping[str, float] = field(default_factory=dict)
+    #: Seen one-way links: sending port -> (receiving port, last time seen).  A port has one cable.
+    seen: Mapping[PortRef, tuple[PortRef, float]] = field(default_factory=dict)
     #: Host port sightings: (host, host port) -> (switch port where its packets arrived, time).
-    hosts: dict[tuple[str, int], tuple[PortRef, float]] = field(default_factory=dict)
+    hosts: Mapping[tuple[str, int], tuple[PortRef, float]] = field(default_factory=dict)
 
-    def switch_connected(self, switch: str, now: float) -> None:
-        self.connected_at[switch] = now
+    def switch_connected(self, switch: str, now: float) -> Discovery:
+        return replace(self, connected_at={**self.connected_at, switch: now})
 
-    def switch_disconnected(self, switch: str) -> None:
-        self.connected_at.pop(switch, None)
-        self.seen = {k: v for k, v in self.seen.items() if switch not in (k[0].node, k[1].node)}
+    def switch_disconnected(self, switch: str) -> Discovery:
+        connected = {k: v for k, v in self.connected_at.items() if k != switch}
+        seen = {k: v for k, v in self.seen.items() if switch not in (k.node, v[0].node)}
+        return replace(self, connected_at=connected, seen=seen)
 
-    def forget_port(self, switch: str, port: int) -> None:
+    def forget_port(self, switch: str, port: int) -> Discovery:
         ref = PortRef(switch, port)
-        self.seen = {k: v for k, v in self.seen.items() if ref not in k}
+        if not any(k == ref or v[0] == ref for k, v in self.seen.items()):
+            return self
+        return replace(self, seen={k: v for k, v in self.seen.items() if ref not in (k, v[0])})
 
-    def link_seen(self, src: PortRef, dst: PortRef, now: float) -> None:
-        # A port has one cable: a sighting replaces older ones that involve either port with someone else.
-        cable = {src, dst}
-        self.seen = {k: v for k, v in self.seen.items() if set(k) == cable or not (set(k) & cable)}
-        self.seen[(src, dst)] = now
+    def links_seen(self, sightings: Iterable[tuple[PortRef, PortRef, float]]) -> Discovery:
+        """Record (from port, to port, time) sightings.  A port has one cable: a sighting replaces older ones
+        that pair either of its ports with another port."""
+        seen = dict(self.seen)
+        toward: dict[PortRef, PortRef] = {peer: src for src, (peer, _) in seen.items()}
+        for src, dst, now in sightings:
+            for port in (src, dst):
+                other = dst if port == src else src
+                old = seen.get(port)
+                if old is not None and old[0] != other:
+                    toward.pop(old[0], None)
+                    del seen[port]
+                sender = toward.get(port)
+                if sender is not None and sender != other:
+                    seen.pop(sender, None)
+                    del toward[port]
+            seen[src] = (dst, now)
+            toward[dst] = src
+        return replace(self, seen=seen)
 
-    def host_seen(self, host: str, host_port: int, at: PortRef, now: float) -> None:
-        self.hosts[(host, host_port)] = (at, now)
+    def host_seen(self, host: str, host_port: int, at: PortRef, now: float) -> Discovery:
+        return replace(self, hosts={**self.hosts, (host, host_port): (at, now)})
 
-    def expire(self, now: float, ttl_s: float) -> None:
-        self.seen = {k: t for k, t in self.seen.items() if now - t <= ttl_s}
-
-    def complete(self, ports_down: Mapping[PortRef, float], now: float) -> bool:
-        return bool(self.report(ports_down, now)["complete"])
+    def expire(self, now: float, ttl_s: float) -> Discovery:
+        if all(now - t <= ttl_s for _, t in self.seen.values()):
+            return self
+        return replace(self, seen={k: v for k, v in self.seen.items() if now - v[1] <= ttl_s})
 
     def report(
-        self, ports_down: Mapping[PortRef, float], now: float, grace_s: float = DISCOVERY_GRACE_S
+        self,
+        declared: Fabric,
+        ports_down: Mapping[PortRef, float],
+        now: float,
+        grace_s: float = DISCOVERY_GRACE_S,
     ) -> dict[str, Any]:
-        declared = self.declared
         neighbours: dict[PortRef, set[PortRef]] = {}
-        for src, dst in self.seen:
+        pairs = [(src, dst) for src, (dst, _) in self.seen.items()]
+        for src, dst in pairs:
             neighbours.setdefault(src, set()).add(dst)
             neighbours.setdefault(dst, set()).add(src)
         links: list[dict[str, Any]] = []
@@ -91,7 +112,7 @@ class Discovery:
             else:
                 entry["status"] = "pending"
             links.append(entry)
-        unexpected = sorted({f"{min(s, d)}--{max(s, d)}" for s, d in self.seen if (s, d) not in matched})
+        unexpected = sorted({f"{min(s, d)}--{max(s, d)}" for s, d in pairs if (s, d) not in matched})
         hosts: list[dict[str, Any]] = []
         for link in declared.links:
             for host_end, switch_end in ((link.a, link.b), (link.b, link.a)):

@@ -188,20 +188,6 @@ def break_messages(dp: Any, delta: SwitchDelta) -> list[Any]:
     return messages
 
 
-def delete_all(dp: Any) -> list[Any]:
-    """Everything off a switch (used only when asked to wipe, never on reconnect)."""
-    return [
-        parser.OFPFlowMod(
-            dp,
-            table_id=ofp.OFPTT_ALL,
-            command=ofp.OFPFC_DELETE,
-            out_port=ofp.OFPP_ANY,
-            out_group=ofp.OFPG_ANY,
-        ),
-        parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_ALL, ofp.OFPG_ALL, []),
-    ]
-
-
 def barrier(dp: Any) -> Any:
     return parser.OFPBarrierRequest(dp)
 
@@ -296,7 +282,6 @@ __all__ = [
     "OFPP_CONTROLLER",
     "barrier",
     "break_messages",
-    "delete_all",
     "flow_add",
     "flow_delete",
     "flow_from_stats",

@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from controller.cli.common import load_fabric, write_text
+from fabriclab.cli.common import load_fabric, write_text
 from topologies.checks import check_fabric
 from topologies.generators import generate
 from topologies.ibnet import dump_ibnet, load_ibnet

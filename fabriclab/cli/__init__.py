@@ -11,13 +11,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from controller.cli import emulate as emulate_cmd
-from controller.cli import route as route_cmd
-from controller.cli import serve as serve_cmd
-from controller.cli import topo as topo_cmd
-from controller.cli import traffic as traffic_cmd
-from controller.cli.common import CliError
 from controller.sm.engines.base import UnknownEngine
+from fabriclab.cli import emulate as emulate_cmd
+from fabriclab.cli import route as route_cmd
+from fabriclab.cli import serve as serve_cmd
+from fabriclab.cli import topo as topo_cmd
+from fabriclab.cli import traffic as traffic_cmd
+from fabriclab.cli.common import CliError
 from topologies.errors import InputError
 
 EXIT_BAD_INPUT = 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import socket
@@ -18,10 +19,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from controller.cli.common import CliError, load_fabric
 from controller.sm.intents import ForwardingOptions
-from controller.sm.manager import SubnetManager
 from controller.state import StateError, StateStore
+from fabriclab.cli.common import CliError, load_fabric
 
 LOG = logging.getLogger("fabriclab")
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
@@ -48,6 +48,9 @@ def register(commands: Any) -> None:
     p.add_argument("--no-fast-failover", action="store_true", help="plain outputs instead of failover groups")
     p.add_argument("--multipath", action="store_true", help="select groups over equal-cost ports")
     p.add_argument("--lldp-interval", type=float, default=10.0, metavar="S", help="LLDP probe period")
+    p.add_argument(
+        "--stats-interval", type=float, default=2.0, metavar="S", help="port counter polling period"
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run)
 
@@ -58,30 +61,49 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     of_host, of_port = endpoint(args.openflow, "--openflow")
     api_host, api_port = endpoint(args.api, "--api")
-    if args.lldp_interval <= 0:
-        raise CliError("--lldp-interval: must be > 0")
+    for option, value in (("--lldp-interval", args.lldp_interval), ("--stats-interval", args.stats_interval)):
+        if not math.isfinite(value) or not 0.05 <= value <= 3600:
+            raise CliError(f"{option}: must be a number of seconds within 0.05..3600, not {value!r}")
     fabric = load_fabric(args.topology)
 
     # Imported here: the routing-only commands must not pay for os-ken, FastAPI and uvicorn.
-    import uvicorn  # noqa: PLC0415
-
+    from controller.core.fabric import GenerationExhausted  # noqa: PLC0415
+    from controller.core.state import Config  # noqa: PLC0415
     from controller.rest.api import create_app  # noqa: PLC0415
+    from controller.rest.common import (  # noqa: PLC0415
+        ALLOWED_HOSTS_ENV,
+        ListenError,
+        allowed_hosts,
+        is_loopback,
+        serve_in_thread,
+        token_from_env,
+    )
     from controller.service import FabricService  # noqa: PLC0415
     from controller.southbound.app import start_openflow  # noqa: PLC0415
 
-    store = StateStore(args.state_dir) if args.state_dir else None
-    manager = SubnetManager(fabric)
     try:
-        service = FabricService.restore(manager, store, lldp_interval_s=args.lldp_interval)
-    except StateError as exc:
+        token = token_from_env(os.environ.get(TOKEN_ENV))
+    except ValueError as exc:
         raise CliError(str(exc)) from None
-    if args.engine is not None:
-        manager.registry.create(args.engine)
-        manager.engine = args.engine
-    if args.no_fast_failover or args.multipath:
-        manager.options = ForwardingOptions(not args.no_fast_failover, args.multipath)
+    store = StateStore(args.state_dir) if args.state_dir else None
+
+    def chosen(saved: Config) -> Config:
+        engine = args.engine if args.engine is not None else saved.engine
+        options = saved.options
+        if args.no_fast_failover or args.multipath:
+            options = ForwardingOptions(not args.no_fast_failover, args.multipath)
+        return Config(engine, options)
+
+    try:
+        service = FabricService.for_fabric(fabric, store, chosen, lldp_interval_s=args.lldp_interval,
+                                           stats_interval_s=args.stats_interval)  # fmt: skip
+    except (StateError, GenerationExhausted) as exc:
+        raise CliError(str(exc)) from None
+    state = service.snapshot().state
     for host, port, what in ((of_host, of_port, "--openflow"), (api_host, api_port, "--api")):
         _check_bindable(host, port, what)
+    extra_hosts = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
+    app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts))
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -89,30 +111,39 @@ def run(args: argparse.Namespace) -> int:
 
     runtime = start_openflow(service, of_host, of_port)
     service.start(runtime.app)
-    token = os.environ.get(TOKEN_ENV) or None
-    config = uvicorn.Config(create_app(service, token), host=api_host, port=api_port, log_level="warning")
-    server = uvicorn.Server(config)
-    api_thread = threading.Thread(target=server.run, name="rest", daemon=True)
-    api_thread.start()
+    try:
+        rest = serve_in_thread(app, (api_host, api_port), "rest", "--api")
+    except ListenError as exc:
+        runtime.stop()
+        service.stop()
+        raise CliError(str(exc)) from None
     LOG.info(
-        "controller for %s: engine %s, OpenFlow %s:%d, REST http://%s:%d/api/v1 (docs at /docs)%s",
+        "controller for %s: engine %s, OpenFlow %s:%d, REST http://%s:%d/api/v1 (docs at /docs)",
         fabric.summary(),
-        manager.engine,
+        state.config.engine,
         of_host,
         of_port,
         api_host,
         api_port,
-        ", token required for changes" if token else "",
     )
+    if token is not None:
+        LOG.info("REST: changes need the bearer token from %s", TOKEN_ENV)
+    elif is_loopback(api_host):
+        LOG.info("REST: no token (%s unset); changes are open to local processes", TOKEN_ENV)
+    else:
+        LOG.warning(
+            "REST on %s without a token: ANYONE who can reach it can reprogram the fabric; set %s",
+            api_host,
+            TOKEN_ENV,
+        )
     while not stop.wait(0.5):
-        if not api_thread.is_alive():
+        if not rest.alive():
             LOG.error("REST server stopped unexpectedly")
             break
     LOG.info("shutting down")
     runtime.stop()
     service.stop()
-    server.should_exit = True
-    api_thread.join(5.0)
+    rest.stop()
     LOG.info("stopped")
     return 0 if stop.is_set() else 1
 

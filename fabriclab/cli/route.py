@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.cli.common import CliError, load_fabric
 from controller.sm.engines import default_registry, select_engine
 from controller.sm.hostorder import format_ca_order
 from controller.sm.opensm import format_lfts, format_subnet_lst
@@ -20,6 +19,7 @@ from controller.sm.report import build_report, render_report
 from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
 from controller.sm.verify import verify
+from fabriclab.cli.common import CliError, load_fabric
 from topologies.faults import degrade
 from topologies.model import Fabric
 

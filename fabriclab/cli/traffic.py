@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from controller.cli.common import CliError, load_fabric
 from controller.sm.manager import SubnetManager
+from fabriclab.cli.common import CliError, load_fabric
 from traffic.errors import TrafficError, parse_hosts, parse_size
 from traffic.kvcache import KvMessage, kv_transfer, model_shape, summary
 from traffic.patterns import Plan, bus_factor, hotspot, incast, permutation, plan

@@ -1,7 +1,0 @@
-"""`python -m controller.cli` = `fabriclab`."""
-
-import sys
-
-from controller.cli import main
-
-sys.exit(main())

@@ -1,0 +1,216 @@
+"""What the decision core reacts to (inputs) and what it asks for (commands), as typed values.
+
+Inputs come from the southbound (switches connecting, ports changing, LLDP and ARP sightings), from the
+operator (REST), from timers, and from the executor reporting how a command went (a switch read back, a
+rollout confirmed, the state saved).  Commands are what the executor must do; the results of the ones that
+have any come back as inputs.  Nothing here is a string to be parsed: kinds are types and enums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from controller.sm.intents import FlowIntent, ForwardingOptions, GroupIntent, SwitchDelta
+from controller.state import SavedState
+
+# --- inputs ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """The controller starts: compute the first generation."""
+
+
+@dataclass(frozen=True)
+class SwitchConnected:
+    dpid: int
+
+
+@dataclass(frozen=True)
+class SwitchRead:
+    """A connected switch's contents and port liveness, as read back (the answer to `ReadSwitch`)."""
+
+    dpid: int
+    ports: Mapping[int, bool]
+    flows: tuple[FlowIntent, ...]
+    groups: tuple[GroupIntent, ...]
+
+
+@dataclass(frozen=True)
+class SwitchReadFailed:
+    dpid: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class SwitchDisconnected:
+    dpid: int
+
+
+@dataclass(frozen=True)
+class PortChange:
+    dpid: int
+    port: int
+    live: bool
+    #: When the switch's port-status message arrived (the start of every reroute timing).
+    at: float
+
+
+@dataclass(frozen=True)
+class PortsChanged:
+    """One or more port-status messages, handled together (both ends of a cut cable, a dead switch)."""
+
+    changes: tuple[PortChange, ...]
+
+
+@dataclass(frozen=True)
+class LinkSighting:
+    src_dpid: int
+    src_port: int
+    dst_dpid: int
+    dst_port: int
+    at: float
+
+
+@dataclass(frozen=True)
+class LinksSeen:
+    sightings: tuple[LinkSighting, ...]
+
+
+@dataclass(frozen=True)
+class HostSeen:
+    """A host's ARP request arrived on a switch port (validates host cabling)."""
+
+    host: str
+    host_port: int
+    dpid: int
+    in_port: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Periodic discovery round: expire old sightings, probe links, report cabling changes."""
+
+
+@dataclass(frozen=True)
+class RoutingRequested:
+    """The operator changes engine and/or options.  `request` pairs the reply with the caller."""
+
+    request: int
+    engine: str | None = None
+    options: ForwardingOptions | None = None
+
+
+@dataclass(frozen=True)
+class RolloutDone:
+    """How a `Push` went: switches that failed (dpid -> why) and when each phase was confirmed."""
+
+    rollout: int
+    problems: Mapping[int, str]
+    pushed_at: float
+    made_at: float
+    done_at: float
+
+
+@dataclass(frozen=True)
+class Saved:
+    """How a `Save` went: `error` is None on success."""
+
+    error: str | None = None
+
+
+Event = (
+    Start
+    | SwitchConnected
+    | SwitchRead
+    | SwitchReadFailed
+    | SwitchDisconnected
+    | PortsChanged
+    | LinksSeen
+    | HostSeen
+    | Tick
+    | RoutingRequested
+    | RolloutDone
+    | Saved
+)
+
+# --- commands ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadSwitch:
+    dpid: int
+
+
+@dataclass(frozen=True)
+class Push:
+    """Make-before-break: every delta's adds on every switch, confirmed, then the deletes, confirmed.
+    Answered by `RolloutDone`."""
+
+    rollout: int
+    deltas: Mapping[int, SwitchDelta]
+
+
+@dataclass(frozen=True)
+class ProbeLinks:
+    dpids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Save:
+    """Persist operator choices before they take effect.  Answered by `Saved`."""
+
+    state: SavedState
+
+
+class LogLevel(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Log:
+    level: LogLevel
+    message: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The outcome of an operator request: `result` on success, else `error` (an InputError: 4xx)."""
+
+    request: int
+    result: object = None
+    error: Exception | None = field(default=None, compare=False)
+
+
+Command = ReadSwitch | Push | ProbeLinks | Save | Log | Reply
+
+__all__ = [
+    "Command",
+    "Event",
+    "HostSeen",
+    "LinkSighting",
+    "LinksSeen",
+    "Log",
+    "LogLevel",
+    "PortChange",
+    "PortsChanged",
+    "ProbeLinks",
+    "Push",
+    "ReadSwitch",
+    "Reply",
+    "RolloutDone",
+    "RoutingRequested",
+    "Save",
+    "Saved",
+    "Start",
+    "SwitchConnected",
+    "SwitchDisconnected",
+    "SwitchRead",
+    "SwitchReadFailed",
+    "Tick",
+]

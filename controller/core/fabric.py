@@ -1,0 +1,522 @@
+"""The controller's decisions: `FabricCore.handle(state, now, event) -> Step(state, commands, records)`.
+
+This is where the controller decides what to do — on a switch connecting or disconnecting, ports going
+down or up, discovery sightings, a discovery round, an operator's routing change, and the outcome of its
+own commands.  It is a pure function in Faucet's Valve shape: no threads, no clock (the time is passed in),
+no I/O; it returns the new state, the commands for the executor (read a switch, push a rollout, probe
+links, save state, reply, log) and the records for the event log.  The service runs it on one worker
+thread; unit tests run it with sequences of events and timestamps.
+
+Rules it keeps:
+
+* **Make before break**: a rollout adds everything on every switch, confirms, then deletes (`Push`).
+* **Persist before commit**: an operator change takes effect only after the new choice is on disk; a failed
+  save changes nothing and is reported to the caller.
+* **Generations are reserved in blocks** on disk (`GENERATION_BLOCK`), so a cookie generation is never
+  reused after a restart while reroutes do not wait for the disk.
+* **Reconnects diff**: a switch that (re)connects is read back and only the difference is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from controller.core.events import (
+    Command,
+    Event,
+    HostSeen,
+    LinksSeen,
+    Log,
+    LogLevel,
+    PortsChanged,
+    ProbeLinks,
+    Push,
+    ReadSwitch,
+    Reply,
+    RolloutDone,
+    RoutingRequested,
+    Save,
+    Saved,
+    Start,
+    SwitchConnected,
+    SwitchDisconnected,
+    SwitchRead,
+    SwitchReadFailed,
+    Tick,
+)
+from controller.core.state import (
+    MAX_RECORDS,
+    Config,
+    FabricState,
+    PendingChange,
+    PendingRollout,
+    Record,
+    RecordKind,
+)
+from controller.sm.engines.base import UnknownEngine
+from controller.sm.intents import SwitchDelta, SwitchProgram, applied, rollout
+from controller.sm.manager import Computation, SubnetContext
+from controller.sm.validation import DISCOVERY_GRACE_S
+from controller.state import SavedState
+from topologies.errors import InputError
+from topologies.model import PortRef
+
+#: Generations reserved on disk at a time (see the module docstring).
+GENERATION_BLOCK = 1000
+#: Cookies carry the generation in 48 bits; past this the controller refuses to compute.
+MAX_GENERATION = (1 << 48) - 1
+
+
+class StateNotSaved(RuntimeError):
+    """An operator change was refused because its state could not be saved (nothing changed)."""
+
+
+class GenerationExhausted(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Step:
+    state: FabricState
+    commands: tuple[Command, ...] = ()
+    records: tuple[Record, ...] = ()
+
+
+class _Builder:
+    """Accumulates one step: the evolving state, commands and records."""
+
+    def __init__(self, state: FabricState, now: float) -> None:
+        self.state, self.now = state, now
+        self.commands: list[Command] = []
+        self.records: list[Record] = []
+
+    def update(self, **changes: Any) -> None:
+        self.state = replace(self.state, **changes)
+
+    def emit(self, command: Command) -> None:
+        self.commands.append(command)
+
+    def log(self, level: LogLevel, message: str) -> None:
+        self.commands.append(Log(level, message))
+
+    def record(self, kind: RecordKind, **fields: Any) -> Record:
+        record = Record(id=self.state.next_record, kind=kind, at=round(self.now, 6), **fields)
+        records = (*self.state.records, record)[-MAX_RECORDS:]
+        self.update(records=records, next_record=record.id + 1)
+        self.records.append(record)
+        return record
+
+    def done(self) -> Step:
+        return Step(self.state, tuple(self.commands), tuple(self.records))
+
+
+def saved_state(config: Config, reserved: int) -> SavedState:
+    return SavedState(config.engine, config.options.fast_failover, config.options.multipath, reserved)
+
+
+class FabricCore:
+    """Decisions for one declared fabric.  Holds no changing state of its own."""
+
+    def __init__(
+        self, context: SubnetContext, lldp_ttl_s: float = 30.0, grace_s: float = DISCOVERY_GRACE_S
+    ) -> None:
+        self.context = context
+        self.lldp_ttl_s = lldp_ttl_s
+        self.grace_s = grace_s
+        self._handlers: dict[type, Callable[[_Builder, Any], None]] = {
+            Start: self._start,
+            SwitchConnected: self._connected,
+            SwitchRead: self._read,
+            SwitchReadFailed: self._read_failed,
+            SwitchDisconnected: self._disconnected,
+            PortsChanged: self._ports,
+            LinksSeen: self._links_seen,
+            HostSeen: self._host_seen,
+            Tick: self._tick,
+            RoutingRequested: self._routing_requested,
+            Saved: self._saved,
+            RolloutDone: self._rollout_done,
+        }
+
+    def initial_state(self, saved: SavedState | None = None, config: Config | None = None) -> FabricState:
+        """The state before `Start`: saved operator choices, overridden by `config` (the command line)."""
+        base = Config()
+        generation = 0
+        if saved is not None:
+            base = Config(saved.engine, replace(base.options, fast_failover=saved.fast_failover,
+                                                multipath=saved.multipath))  # fmt: skip
+            generation = saved.generation
+        chosen = config or base
+        self.context.registry.create(chosen.engine)  # an unknown engine fails before anything runs
+        if generation > MAX_GENERATION - GENERATION_BLOCK:
+            raise GenerationExhausted(f"generation {generation} leaves no room below 2^48")
+        return FabricState(config=chosen, generation=generation, reserved=generation)
+
+    def handle(self, state: FabricState, now: float, event: Event) -> Step:
+        step = _Builder(state, now)
+        self._handlers[type(event)](step, event)
+        return step.done()
+
+    # --- routing and rollouts ------------------------------------------------------------------------------
+
+    def _compute(self, step: _Builder, config: Config) -> Computation:
+        generation = step.state.generation + 1
+        if generation > MAX_GENERATION:
+            raise GenerationExhausted("cookie generations exhausted (2^48)")
+        previous = step.state.current
+        return self.context.compute(
+            config.engine, config.options, step.state.ports_down, generation, previous
+        )
+
+    def _reserve(self, step: _Builder, generation: int, config: Config) -> None:
+        """Before cookies carry `generation`, make sure the disk says it is used (see GENERATION_BLOCK)."""
+        if generation > step.state.reserved:
+            reserved = min(generation + GENERATION_BLOCK, MAX_GENERATION)
+            step.update(reserved=reserved)
+            step.emit(Save(saved_state(config, reserved)))
+
+    def _commit(self, step: _Builder, computation: Computation, config: Config) -> None:
+        step.update(current=computation, generation=computation.generation, config=config, synced=frozenset())
+
+    def _rollout(
+        self,
+        step: _Builder,
+        kind: RecordKind,
+        detected_at: float,
+        only: Iterable[str] | None = None,
+        request: int | None = None,
+        **details: Any,
+    ) -> None:
+        state = step.state
+        computation = state.current
+        assert computation is not None
+        names = set(only) if only is not None else set(state.installed)
+        installed: dict[str, SwitchProgram | None] = {
+            n: p for n, p in state.installed.items() if n in names and n in state.connected
+        }
+        deltas = rollout(installed, computation.programs)
+        in_step = frozenset(n for n in installed if n not in deltas and n in computation.programs)
+        step.update(synced=state.synced | in_step)
+        rollout_id = state.next_rollout
+        step.update(
+            next_rollout=rollout_id + 1,
+            pending_rollout=PendingRollout(
+                rollout=rollout_id,
+                computation=computation,
+                kind=kind,
+                detected_at=detected_at,
+                computed_at=step.now,
+                deltas=deltas,
+                flow_mods=sum(d.n_messages for d in deltas.values()),
+                details=details,
+                request=request,
+            ),
+        )
+        step.emit(Push(rollout_id, {d.dpid: d for d in deltas.values()}))
+
+    def _rollout_done(self, step: _Builder, done: RolloutDone) -> None:
+        pending = step.state.pending_rollout
+        if pending is None or pending.rollout != done.rollout:
+            step.log(LogLevel.ERROR, f"rollout {done.rollout} finished but was not pending")
+            return
+        state = step.state
+        installed = dict(state.installed)
+        synced = set(state.synced)
+        reading: list[str] = []
+        deltas: Mapping[str, SwitchDelta] = pending.deltas
+        for name, delta in deltas.items():
+            if delta.dpid in done.problems:
+                installed.pop(name, None)  # unknown contents: read back
+                synced.discard(name)
+                if name in state.connected:
+                    reading.append(name)
+            elif name in installed:
+                installed[name] = applied(installed[name], delta)
+                synced.add(name)
+        step.update(installed=installed, synced=frozenset(synced), pending_rollout=None)
+        if done.problems:
+            step.update(failed_updates=state.failed_updates + 1)
+            step.log(
+                LogLevel.ERROR,
+                f"update of {len(done.problems)} switch(es) failed: {dict(done.problems)}; re-reading them",
+            )
+        for name in reading:
+            step.emit(ReadSwitch(self.context.dpids[name]))
+        computation: Computation = pending.computation
+        record = step.record(
+            pending.kind,
+            generation=computation.generation,
+            detected_at=pending.detected_at,
+            computed_ms=_ms(pending.detected_at, done.pushed_at),
+            installed_ms=_ms(pending.detected_at, done.made_at),
+            cleaned_ms=_ms(pending.detected_at, done.done_at),
+            switches_updated=len(deltas),
+            flow_mods=pending.flow_mods,
+            failed_switches={f"{k:016x}": v for k, v in done.problems.items()},
+            verification_ok=computation.verification.ok,
+            lost_hosts=computation.lost_hosts,
+            **pending.details,
+        )
+        if pending.request is not None:
+            step.emit(Reply(pending.request, record.as_dict()))
+
+    # --- start, switches and ports -----------------------------------------------------------------------
+
+    def _start(self, step: _Builder, _: Start) -> None:
+        config = step.state.config
+        computation = self._compute(step, config)
+        self._reserve(step, computation.generation, config)
+        self._commit(step, computation, config)
+        step.record(RecordKind.ROUTING_COMPUTED, generation=computation.generation, engine=config.engine)
+
+    def _connected(self, step: _Builder, event: SwitchConnected) -> None:
+        name = self.context.switch_of_dpid.get(event.dpid)
+        state = step.state
+        if name is None:
+            if event.dpid not in state.unknown_switches:
+                step.update(unknown_switches=state.unknown_switches | {event.dpid})
+                step.log(
+                    LogLevel.WARNING,
+                    f"datapath {event.dpid:016x} is not a switch of {self.context.declared.name}; "
+                    "leaving it alone",
+                )
+                step.record(RecordKind.UNKNOWN_SWITCH, dpid=f"{event.dpid:016x}")
+            return
+        installed = {k: v for k, v in state.installed.items() if k != name}
+        step.update(
+            connected=state.connected | {name},
+            installed=installed,
+            synced=state.synced - {name},
+            discovery=state.discovery.switch_connected(name, step.now),
+        )
+        step.emit(ReadSwitch(event.dpid))
+
+    def _read(self, step: _Builder, event: SwitchRead) -> None:
+        name = self.context.switch_of_dpid.get(event.dpid)
+        if name is None or name not in step.state.connected:
+            return  # disconnected while being read: its next connection reads it again
+        ports_down = dict(step.state.ports_down)
+        changed = False
+        discovery = step.state.discovery
+        for port in self.context.declared_ports(name):
+            live = event.ports.get(port, False)
+            changed |= self._set_port(ports_down, PortRef(name, port), live, step.now)
+            if not live:
+                discovery = discovery.forget_port(name, port)
+        program = SwitchProgram.of(name, event.dpid, event.flows, event.groups)
+        step.update(
+            ports_down=ports_down, installed={**step.state.installed, name: program}, discovery=discovery
+        )
+        detected = step.state.discovery.connected_at.get(name, step.now)
+        details: dict[str, Any] = {
+            "switch": name,
+            "ports_down": tuple(sorted(p for p, up in event.ports.items() if not up)),
+        }
+        if changed or step.state.current is None:
+            config = step.state.config
+            computation = self._compute(step, config)
+            self._reserve(step, computation.generation, config)
+            self._commit(step, computation, config)
+            self._rollout(step, RecordKind.SWITCH_CONNECT, detected, **details)
+        else:
+            self._rollout(step, RecordKind.SWITCH_CONNECT, detected, only=[name], **details)
+        step.emit(ProbeLinks((event.dpid, *self._neighbour_dpids(step.state, name))))
+
+    def _read_failed(self, step: _Builder, event: SwitchReadFailed) -> None:
+        name = self.context.switch_of_dpid.get(event.dpid)
+        step.log(LogLevel.WARNING, f"reading switch {name or event.dpid} failed: {event.reason}")
+        step.record(RecordKind.SWITCH_READ_FAILED, switch=name, reason=event.reason)
+
+    def _disconnected(self, step: _Builder, event: SwitchDisconnected) -> None:
+        name = self.context.switch_of_dpid.get(event.dpid)
+        state = step.state
+        if name is None or name not in state.connected:
+            return
+        step.update(
+            connected=state.connected - {name},
+            installed={k: v for k, v in state.installed.items() if k != name},
+            synced=state.synced - {name},
+            discovery=state.discovery.switch_disconnected(name),
+        )
+        step.record(RecordKind.SWITCH_DISCONNECT, switch=name, detected_at=step.now)
+
+    def _set_port(self, ports_down: dict[PortRef, float], ref: PortRef, live: bool, now: float) -> bool:
+        """Record a port's liveness in `ports_down`; True when a declared link's usability changed."""
+        if live == (ref not in ports_down):
+            return False
+        index = self.context.link_of(ref)
+        was_up = index is not None and self.context.link_up(index, ports_down)
+        if live:
+            del ports_down[ref]
+        else:
+            ports_down[ref] = now
+        return index is not None and self.context.link_up(index, ports_down) != was_up
+
+    def _ports(self, step: _Builder, event: PortsChanged) -> None:
+        ports_down = dict(step.state.ports_down)
+        discovery = step.state.discovery
+        changes: list[str] = []
+        ups: list[bool] = []
+        for change in event.changes:
+            name = self.context.switch_of_dpid.get(change.dpid)
+            if name is None:
+                continue
+            if self._set_port(ports_down, PortRef(name, change.port), change.live, change.at):
+                changes.append(f"{name}:{change.port} {'up' if change.live else 'down'}")
+                ups.append(change.live)
+            if not change.live:
+                discovery = discovery.forget_port(name, change.port)
+        step.update(ports_down=ports_down, discovery=discovery)
+        if not changes or step.state.current is None:
+            return
+        config = step.state.config
+        previous = step.state.current
+        computation = self._compute(step, config)
+        self._reserve(step, computation.generation, config)
+        self._commit(step, computation, config)
+        kind = RecordKind.PORT_UP if all(ups) else RecordKind.PORT_DOWN
+        detected = min(c.at for c in event.changes)
+        self._rollout(step, kind, detected, ports=tuple(changes),
+                      changed_destinations=changed_destinations(previous, computation))  # fmt: skip
+
+    def _neighbour_dpids(self, state: FabricState, switch: str) -> list[int]:
+        dpids = self.context.dpids
+        far = {
+            peer.node
+            for ref, (_, peer) in self.context.declared.port_map.items()
+            if ref.node == switch and peer.node in dpids and peer.node in state.connected
+        }
+        return sorted(dpids[n] for n in far)
+
+    # --- discovery -----------------------------------------------------------------------------------------
+
+    def _links_seen(self, step: _Builder, event: LinksSeen) -> None:
+        names = self.context.switch_of_dpid
+        sightings = []
+        warned = set(step.state.warned_cables)
+        for s in event.sightings:
+            if s.src_dpid not in names or s.dst_dpid not in names:
+                continue
+            src, dst = PortRef(names[s.src_dpid], s.src_port), PortRef(names[s.dst_dpid], s.dst_port)
+            sightings.append((src, dst, s.at))
+            declared = self.context.declared.peer(src.node, src.port)
+            if declared != dst and (src, dst) not in warned:
+                warned.add((src, dst))
+                step.log(
+                    LogLevel.WARNING, f"cabling: {src} sees {dst}, declared peer is {declared or 'nothing'}"
+                )
+        step.update(discovery=step.state.discovery.links_seen(sightings), warned_cables=frozenset(warned))
+
+    def _host_seen(self, step: _Builder, event: HostSeen) -> None:
+        switch = self.context.switch_of_dpid.get(event.dpid)
+        if switch is not None:
+            at = PortRef(switch, event.in_port)
+            step.update(discovery=step.state.discovery.host_seen(event.host, event.host_port, at, event.at))
+
+    def _tick(self, step: _Builder, _: Tick) -> None:
+        state = step.state
+        discovery = state.discovery.expire(step.now, self.lldp_ttl_s)
+        step.update(discovery=discovery)
+        dpids = self.context.dpids
+        step.emit(ProbeLinks(tuple(sorted(dpids[n] for n in state.connected))))
+        for name in sorted(state.connected - set(state.installed)):
+            step.emit(ReadSwitch(dpids[name]))  # a read that failed earlier: try again, once a round
+        report = discovery.report(self.context.declared, state.ports_down, step.now, self.grace_s)
+        problems = tuple(
+            [f"{e['link']} {e['status']}" for e in report["links"] if e["status"] in ("missing", "miswired")]
+            + [f"{u} unexpected" for u in report["unexpected"]]
+        )
+        if problems != state.cabling_problems:  # log changes, not the same findings every round
+            if problems:
+                shown = "; ".join(problems[:10])
+                step.log(LogLevel.WARNING, f"cabling: {len(problems)} problem(s): {shown}")
+            else:
+                step.log(LogLevel.INFO, "cabling: all declared links seen as declared")
+            step.update(cabling_problems=problems)
+
+    # --- operator changes ----------------------------------------------------------------------------------
+
+    def _routing_requested(self, step: _Builder, event: RoutingRequested) -> None:
+        state = step.state
+        config = Config(event.engine or state.config.engine, event.options or state.config.options)
+        try:
+            computation = self._compute(step, config)
+        except (UnknownEngine, InputError, GenerationExhausted) as exc:
+            step.emit(Reply(event.request, error=exc))
+            return
+        reserved = max(state.reserved, min(computation.generation + GENERATION_BLOCK, MAX_GENERATION))
+        step.update(pending_change=PendingChange(computation, config, event.request, step.now))
+        step.emit(Save(saved_state(config, reserved)))
+
+    def _saved(self, step: _Builder, event: Saved) -> None:
+        pending = step.state.pending_change
+        if pending is None:  # a generation reservation (reroute or start)
+            if event.error is not None:
+                step.log(LogLevel.ERROR, f"could not save controller state: {event.error}")
+                step.record(RecordKind.STATE_SAVE_FAILED, reason=event.error)
+            return
+        step.update(pending_change=None)
+        if event.error is not None:
+            step.emit(
+                Reply(
+                    pending.request or 0,
+                    error=StateNotSaved(f"state not saved, nothing changed: {event.error}"),
+                )
+            )
+            return
+        reserved = max(
+            step.state.reserved, min(pending.computation.generation + GENERATION_BLOCK, MAX_GENERATION)
+        )
+        step.update(reserved=reserved)
+        self._commit(step, pending.computation, pending.config)
+        self._rollout(step, RecordKind.ROUTING_CHANGE, pending.detected_at, request=pending.request,
+                      engine=pending.config.engine)  # fmt: skip
+
+
+def changed_destinations(previous: Computation | None, current: Computation) -> int | None:
+    """How many destination LIDs have a different port on at least one switch (None: not comparable)."""
+    if previous is None:
+        return None
+    old, new = previous.tables, current.tables
+    if old.subnet.switch_names != new.subnet.switch_names or old.lft.shape != new.lft.shape:
+        return None
+    return int(np.count_nonzero((old.lft != new.lft).any(axis=0)))
+
+
+def dry_run(context: SubnetContext, state: FabricState, engine: str | None, options: Any) -> dict[str, Any]:
+    """What a routing change would do, computed from a published state without changing anything."""
+    config = Config(engine or state.config.engine, options or state.config.options)
+    computation = context.compute(config.engine, config.options, state.ports_down, state.generation + 1,
+                                  state.current)  # fmt: skip
+    installed: dict[str, SwitchProgram | None] = {
+        n: p for n, p in state.installed.items() if n in state.connected
+    }
+    deltas = rollout(installed, computation.programs)
+    return {
+        "dry_run": True,
+        "engine": computation.engine,
+        "verification_ok": computation.verification.ok,
+        "switches_changed": len(deltas),
+        "flow_mods": sum(d.n_messages for d in deltas.values()),
+    }
+
+
+def _ms(start: float, end: float) -> float:
+    return round((end - start) * 1000.0, 2)
+
+
+__all__ = [
+    "GENERATION_BLOCK",
+    "MAX_GENERATION",
+    "FabricCore",
+    "GenerationExhausted",
+    "StateNotSaved",
+    "Step",
+    "changed_destinations",
+    "dry_run",
+    "saved_state",
+]

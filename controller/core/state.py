@@ -1,0 +1,150 @@
+"""The controller's state as the decision core sees it: one immutable value per moment.
+
+Every input produces a new `FabricState` (unchanged parts are shared, changed containers are copied), so the
+worker can publish each one to readers — REST, metrics — without locks, and a test can keep any state it
+saw and compare.  What never changes at run time (declared fabric, LIDs, addresses) lives in
+`SubnetContext`, not here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+from controller.sm.intents import ForwardingOptions, SwitchDelta, SwitchProgram
+from controller.sm.manager import Computation
+from controller.sm.validation import Discovery
+from topologies.model import PortRef
+
+#: Records kept for `GET /events`; older ones are dropped.
+MAX_RECORDS = 1000
+
+
+class RecordKind(StrEnum):
+    ROUTING_COMPUTED = "routing_computed"
+    SWITCH_CONNECT = "switch_connect"
+    SWITCH_DISCONNECT = "switch_disconnect"
+    SWITCH_READ_FAILED = "switch_read_failed"
+    UNKNOWN_SWITCH = "unknown_switch"
+    PORT_DOWN = "port_down"
+    PORT_UP = "port_up"
+    ROUTING_CHANGE = "routing_change"
+    STATE_SAVE_FAILED = "state_save_failed"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One entry of the controller's event log.  Fields that do not apply to a kind stay None (and are left
+    out of its JSON)."""
+
+    id: int
+    kind: RecordKind
+    at: float
+    generation: int | None = None
+    engine: str | None = None
+    switch: str | None = None
+    dpid: str | None = None
+    #: Ports whose change caused this event, as "switch:port up|down".
+    ports: tuple[str, ...] | None = None
+    #: Ports of a connecting switch that had no link.
+    ports_down: tuple[int, ...] | None = None
+    #: When the cause was detected (port status arrival, switch connection, operator request).
+    detected_at: float | None = None
+    #: Milliseconds from detection until the new tables were computed / installed everywhere (make) /
+    #: unused entries deleted (break).
+    computed_ms: float | None = None
+    installed_ms: float | None = None
+    cleaned_ms: float | None = None
+    switches_updated: int | None = None
+    flow_mods: int | None = None
+    failed_switches: Mapping[str, str] | None = None
+    verification_ok: bool | None = None
+    lost_hosts: tuple[str, ...] | None = None
+    #: Destinations (LIDs) whose forwarding entry changed on at least one switch.
+    changed_destinations: int | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class Config:
+    """Operator choices: what the controller should do, independent of what the fabric is doing."""
+
+    engine: str = "ftree"
+    options: ForwardingOptions = field(default_factory=ForwardingOptions)
+
+
+@dataclass(frozen=True)
+class PendingChange:
+    """A computation waiting for its `Save` to be confirmed before it may take effect."""
+
+    computation: Computation
+    config: Config
+    request: int | None
+    detected_at: float
+
+
+@dataclass(frozen=True)
+class PendingRollout:
+    """A `Push` in flight: what to record when `RolloutDone` arrives."""
+
+    rollout: int
+    computation: Computation
+    kind: RecordKind
+    detected_at: float
+    computed_at: float
+    deltas: Mapping[str, SwitchDelta]
+    flow_mods: int
+    details: Mapping[str, Any]
+    request: int | None = None
+
+
+@dataclass(frozen=True)
+class FabricState:
+    config: Config = field(default_factory=Config)
+    #: Generation of the current computation (the low 48 bits of every cookie it writes).
+    generation: int = 0
+    #: Generations up to this one are on disk as used: a restart continues above it, never reusing a cookie.
+    reserved: int = 0
+    current: Computation | None = None
+    #: Ports reported without link, with the time they went down.
+    ports_down: Mapping[PortRef, float] = field(default_factory=dict)
+    #: Switches connected, as the core has been told (names of declared switches).
+    connected: frozenset[str] = frozenset()
+    #: What each connected switch holds, as last read back or confirmed; absent = unknown (being read).
+    installed: Mapping[str, SwitchProgram] = field(default_factory=dict)
+    #: Connected switches known to hold exactly the current generation's program.
+    synced: frozenset[str] = frozenset()
+    unknown_switches: frozenset[int] = frozenset()
+    discovery: Discovery = field(default_factory=Discovery)
+    #: Cabling findings reported last (a change is logged, not every round).
+    cabling_problems: tuple[str, ...] = ()
+    warned_cables: frozenset[tuple[PortRef, PortRef]] = frozenset()
+    failed_updates: int = 0
+    records: tuple[Record, ...] = ()
+    next_record: int = 1
+    next_rollout: int = 1
+    pending_change: PendingChange | None = None
+    pending_rollout: PendingRollout | None = None
+
+    @property
+    def in_sync(self) -> bool:
+        """Every connected switch holds exactly the current generation's program."""
+        return self.current is not None and self.connected <= self.synced
+
+
+__all__ = ["MAX_RECORDS", "Config", "FabricState", "PendingChange", "PendingRollout", "Record", "RecordKind"]

@@ -1,0 +1,157 @@
+"""`fabriclab emulate up` as a library: a topology on Mininet with its controller, verified, then served.
+
+Realises the fabric (userspace OVS), starts the controller as its own process (or uses a running one),
+waits until every switch holds its tables, checks that every host reaches every other (raw frames to each
+MAC, all pairs at once), serves the emulator's REST API (faults, summary) and then either runs Mininet's
+CLI (with a `fault` command) or waits for a signal.  Teardown removes only what it created, on any exit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller.rest.client import ControllerClient
+from controller.rest.common import BackgroundServer, serve_in_thread
+from controller.sm.manager import SubnetManager
+from emulation.controlproc import ControllerProcess
+from emulation.lifecycle import deferred
+from emulation.mesh import check_all_pairs
+from emulation.mnfabric import MininetFabric, Scale
+from topologies.model import Fabric
+
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """Everything `emulate up` needs, validated by the CLI before anything is built."""
+
+    topology: Path
+    engine: str = "ftree"
+    scale: Scale | None = None
+    #: A running controller (`tcp:HOST:PORT`) instead of one started here.
+    controller: str | None = None
+    #: That controller's REST address, to wait until it programmed every switch.
+    controller_api: Address | None = None
+    api: Address = ("127.0.0.1", 8080)
+    openflow: Address = ("127.0.0.1", 6653)
+    emu_api: Address = ("127.0.0.1", 8081)
+    mtu: int = 1500
+    interactive: bool = False
+    ready_timeout_s: float = 120.0
+    token: str | None = None
+
+
+def apply_fault(net: MininetFabric, action: str, target: str) -> str:
+    """One fault on the running fabric; returns what was done, with the time (for the user's record)."""
+    if action in ("link_down", "link_up"):
+        node, _, port = target.rpartition(":")
+        if node not in net.fabric.nodes or not port.isdigit():
+            raise ValueError(f"{target!r}: expected NODE:PORT")
+        intf = net.set_link(node, int(port), up=action == "link_up")
+        what = f"{action} {target} ({intf})"
+    elif action in ("switch_down", "switch_up"):
+        if target not in net.fabric.nodes or not net.fabric.nodes[target].is_switch:
+            raise ValueError(f"{target!r}: not a switch")
+        net.set_switch(target, up=action == "switch_up")
+        what = f"{action} {target}"
+    else:
+        raise ValueError(f"unknown fault {action!r} (link_down, link_up, switch_down, switch_up)")
+    return f"{time.strftime('%H:%M:%S')} {what}"
+
+
+def interactive(net: MininetFabric) -> None:
+    """Mininet's CLI plus `fault ACTION TARGET` (link_down/link_up NODE:PORT, switch_down/switch_up NAME)."""
+    from mininet.cli import CLI  # noqa: PLC0415
+
+    class FabricCLI(CLI):  # type: ignore[misc]
+        def do_fault(self, line: str) -> None:
+            """fault link_down|link_up NODE:PORT  or  fault switch_down|switch_up SWITCH"""
+            parts = line.split()
+            try:
+                if len(parts) != 2:
+                    raise ValueError("usage: fault ACTION TARGET")
+                print(apply_fault(net, parts[0], parts[1]))
+            except (ValueError, KeyError, OSError) as exc:
+                print(f"*** {exc}")
+
+    FabricCLI(net.net)
+
+
+def serve_faults(
+    net: MininetFabric, summary: dict[str, Any], address: Address, token: str | None
+) -> BackgroundServer:
+    """The emulator's REST API (fault injection, summary) on a thread."""
+    from emulation.api import create_app  # noqa: PLC0415  (FastAPI only when serving)
+
+    app = create_app(lambda action, target: apply_fault(net, action, target), summary, token, address)
+    return serve_in_thread(app, address, "emulator-api", "--emu-api")
+
+
+def wait_for_signal(say: Callable[[str], None]) -> None:
+    say("running; Ctrl-C or SIGTERM to stop")
+    while True:  # ends with Stopped from the signal handler (see emulation.lifecycle)
+        time.sleep(0.5)
+
+
+def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> None:
+    """Bring the fabric up, verify it, serve it until stopped; tear down whatever was built on any exit.
+    Raises `EmulationError`, `WaitTimeout` or `Stopped` (after teardown)."""
+    addresses = SubnetManager(fabric).addresses.as_strings()
+    ctl: ControllerProcess | None = None
+    server: BackgroundServer | None = None
+    start = time.perf_counter()
+    try:
+        target = options.controller
+        if target is None:
+            (api_host, api_port), (_, of_port) = options.api, options.openflow
+            ctl = ControllerProcess(options.topology.resolve(), Path(".fabriclab-state"),
+                                    Path("controller.log"), "--engine", options.engine,
+                                    host=api_host, of_port=of_port, api_port=api_port)  # fmt: skip
+            ctl.start()
+            target = ctl.openflow
+            say(f"controller: REST http://{api_host}:{api_port}/api/v1 (log: controller.log)")
+        net = MininetFabric(fabric, addresses, controller=target, scale=options.scale, mtu=options.mtu)
+        try:
+            with deferred():
+                net.start()
+            say(f"fabric: {fabric.summary()}; Mininet up in {time.perf_counter() - start:.1f} s")
+            client = ctl or (ControllerClient(*options.controller_api) if options.controller_api else None)
+            if client is not None:
+                client.ready(len(fabric.switches), timeout_s=options.ready_timeout_s)
+                say(f"tables installed on every switch at {time.perf_counter() - start:.1f} s")
+            pairs = check_all_pairs(net.endpoints())
+            ok = sum(pairs.values())
+            say(f"all pairs: {ok}/{len(pairs)} reachable, verified at {time.perf_counter() - start:.1f} s")
+            summary = {
+                "fabric": fabric.summary(),
+                "switches": len(fabric.switches),
+                "hosts": len(fabric.hosts),
+                "pairs": len(pairs),
+                "pairs_reachable": ok,
+                "verified_s": round(time.perf_counter() - start, 3),
+            }
+            server = serve_faults(net, summary, options.emu_api, options.token)
+            host, port = options.emu_api
+            say(
+                f'faults: POST http://{host}:{port}/api/v1/faults (e.g. {{"action": "link_down", '
+                f'"target": "leaf1:3"}}); summary: GET http://{host}:{port}/api/v1/emulation'
+            )
+            if options.interactive:
+                interactive(net)
+            else:
+                wait_for_signal(say)
+        finally:
+            if server is not None:
+                server.stop()
+            net.stop()
+    finally:
+        if ctl is not None and ctl.proc is not None:
+            ctl.stop()
+
+
+__all__ = ["UpOptions", "apply_fault", "interactive", "run_up", "serve_faults", "wait_for_signal"]

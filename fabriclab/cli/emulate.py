@@ -1,0 +1,168 @@
+"""`fabriclab emulate up` and `fabriclab scenario check|run`: the emulator's commands.
+
+`emulate up` realises a topology on Mininet (userspace OVS), starts the controller as its own process (or
+uses a running one with `--controller`), waits until every switch holds its tables, checks that every host
+reaches every other (raw frames to each MAC, all pairs at once) and prints the times; then the Mininet CLI,
+or with `--no-cli` it waits for Ctrl-C/SIGTERM.  Teardown removes only what it created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from controller.rest.client import WaitTimeout
+from controller.rest.common import TOKEN_ENV, ListenError, token_from_env
+from controller.sm.manager import SubnetManager
+from emulation.lifecycle import Stopped, stop_on_signals
+from emulation.mnfabric import EmulationError, Scale, mininet_available
+from emulation.ovs import OvsDaemon
+from emulation.runner import console_progress, run_scenario
+from emulation.scenario import load_scenario
+from emulation.session import UpOptions, run_up
+from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli.serve import endpoint
+
+
+def register(commands: Any) -> None:
+    emulate = commands.add_parser(
+        "emulate", help="run an emulated fabric (Mininet + OVS) with the controller"
+    )
+    sub = emulate.add_subparsers(dest="emulate_command", required=True, metavar="ACTION")
+    up = sub.add_parser("up", help="bring a topology up, verify all pairs, then the Mininet CLI")
+    up.add_argument("topology", type=Path)
+    up.add_argument("--scale", help="link speed scaling, e.g. 400G=200M (HTB; at most 1 Gb/s per link)")
+    up.add_argument("--engine", default="ftree")
+    up.add_argument("--controller", help="use a running controller (tcp:HOST:PORT) instead of starting one")
+    up.add_argument(
+        "--controller-api",
+        help="REST address (HOST:PORT) of the --controller: wait until it has programmed every switch",
+    )
+    up.add_argument("--api", default="127.0.0.1:8080", help="REST address of the controller this starts")
+    up.add_argument(
+        "--openflow", default="127.0.0.1:6653", help="OpenFlow address of the controller this starts"
+    )
+    up.add_argument("--mtu", type=int, default=1500)
+    up.add_argument("--emu-api", default="127.0.0.1:8081", help="the emulator's fault-injection REST API")
+    up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: wait for Ctrl-C or SIGTERM")
+    up.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds to wait for the controller to program every switch (default 120)",
+    )
+    up.set_defaults(handler=emulate_up)
+
+    scenario = commands.add_parser("scenario", help="check or run scenario files")
+    ssub = scenario.add_subparsers(dest="scenario_command", required=True, metavar="ACTION")
+    check = ssub.add_parser("check", help="validate a scenario file (and its topology)")
+    check.add_argument("file", type=Path)
+    check.set_defaults(handler=scenario_check)
+    run = ssub.add_parser("run", help="run a scenario headless and write a results folder")
+    run.add_argument("file", type=Path)
+    run.add_argument("-o", "--output", type=Path, default=Path("results"), help="results folder")
+    run.set_defaults(handler=scenario_run)
+
+
+def _prerequisites() -> OvsDaemon:
+    reason = mininet_available()
+    if reason:
+        raise CliError(f"emulation unavailable: {reason}")
+    daemon = OvsDaemon()
+    daemon.ensure_running()
+    return daemon
+
+
+def scenario_check(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.file)
+    flows = scenario.flows()
+    print(
+        f"ok: {args.file}: {scenario.spec.name}: {scenario.fabric.summary()}; {len(flows)} flow(s), "
+        f"{len(scenario.spec.faults)} fault(s), {scenario.spec.duration_s:g} s x {scenario.spec.repetitions}"
+    )
+    return 0
+
+
+def scenario_run(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.file)
+    daemon = _prerequisites()
+    stop_on_signals()
+    try:
+        summary = run_scenario(scenario, args.output, console_progress())
+    except WaitTimeout as exc:
+        raise CliError(f"controller not ready (see controller.log under {args.output}): {exc}") from None
+    except Stopped:
+        print("stopped: the fabric and controller were torn down", file=sys.stderr)
+        return 130
+    finally:
+        daemon.stop_if_started()
+    for rep in summary["repetitions"]:
+        lost = sum(f["lost"] for f in rep["flows"])
+        worst = max((w["loss_window_ms"] for w in rep["loss_windows"]), default=0.0)
+        print(
+            f"rep {rep['repetition']}: {rep['all_pairs']['reachable']}/{rep['all_pairs']['pairs']} pairs, "
+            f"{len(rep['flows'])} flows, {lost} packets lost, worst loss window {worst} ms, "
+            f"{sum(1 for e in rep['events'] if e['kind'].startswith('port_'))} reroutes"
+        )
+    print(f"results: {args.output}/summary.json, {args.output}/report.md")
+    return 0
+
+
+def emulate_up(args: argparse.Namespace) -> int:
+    fabric = load_fabric(args.topology)
+    emu_api = endpoint(args.emu_api, "--emu-api")  # bad input fails before anything is built
+    remote_api = endpoint(args.controller_api, "--controller-api") if args.controller_api else None
+    if not args.ready_timeout > 0:
+        raise CliError(f"--ready-timeout: must be a positive number of seconds, not {args.ready_timeout:g}")
+    if remote_api is not None and args.controller is None:
+        raise CliError("--controller-api: only with --controller (a controller this starts is waited for)")
+    try:
+        scale = Scale.parse(args.scale) if args.scale else None
+    except ValueError as exc:
+        raise CliError(f"--scale: {exc}") from None
+    api, openflow = endpoint(args.api, "--api"), endpoint(args.openflow, "--openflow")
+    if args.controller is None:
+        SubnetManager(fabric).registry.create(args.engine)  # an unknown engine fails before building
+        if openflow[0] != api[0]:
+            raise CliError("--openflow and --api: the controller this starts listens on one host")
+    try:
+        token = token_from_env(os.environ.get(TOKEN_ENV))
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    options = UpOptions(
+        topology=args.topology,
+        engine=args.engine,
+        scale=scale,
+        controller=args.controller,
+        controller_api=remote_api,
+        api=api,
+        openflow=openflow,
+        emu_api=emu_api,
+        mtu=args.mtu,
+        interactive=not args.no_cli and sys.stdin.isatty(),
+        ready_timeout_s=args.ready_timeout,
+        token=token,
+    )
+    daemon = _prerequisites()
+    stop_on_signals()
+    try:
+        run_up(fabric, options, lambda line: print(line, flush=True))
+    except EmulationError as exc:
+        raise CliError(str(exc)) from None
+    except ListenError as exc:
+        raise CliError(str(exc)) from None
+    except WaitTimeout as exc:
+        where = "see controller.log" if args.controller is None else f"is it running at {args.controller}?"
+        raise CliError(f"controller not ready ({where}): {exc}") from None
+    except Stopped:
+        print("stopped: torn down")
+    finally:
+        daemon.stop_if_started()
+    return 0
+
+
+__all__ = ["register"]

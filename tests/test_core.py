@@ -1,0 +1,239 @@
+"""The controller's decision core driven by sequences of events and timestamps — no threads, no clock.
+
+Each test feeds typed events to `FabricCore` (through `CoreDriver`, which executes its commands against
+fake switches that decode the real OpenFlow bytes) and checks the commands, the records and the switches.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.core.events import (
+    LinkSighting,
+    LinksSeen,
+    Log,
+    PortChange,
+    PortsChanged,
+    Push,
+    ReadSwitch,
+    Reply,
+    RoutingRequested,
+    Save,
+    SwitchConnected,
+    SwitchDisconnected,
+    SwitchRead,
+    Tick,
+)
+from controller.core.fabric import GENERATION_BLOCK, MAX_GENERATION, FabricCore, GenerationExhausted
+from controller.core.state import Config, RecordKind
+from controller.sm.intents import ForwardingOptions, generation_of
+from controller.sm.manager import SubnetContext
+from controller.state import SavedState
+from tests.core_driver import CoreDriver
+from topologies.generators import fat_tree, leaf_spine
+
+
+def switch_links(driver: CoreDriver) -> list[int]:
+    nodes = driver.fabric.nodes
+    return [
+        i
+        for i, lk in enumerate(driver.fabric.links)
+        if nodes[lk.a.node].is_switch and nodes[lk.b.node].is_switch
+    ]
+
+
+def test_start_computes_and_reserves_a_block_of_generations_before_any_cookie_is_written() -> None:
+    d = CoreDriver(fat_tree(4))
+    step = d.start()[0]
+    saves = [c for c in step.commands if isinstance(c, Save)]
+    assert [s.state.generation for s in saves] == [1 + GENERATION_BLOCK]
+    assert d.state.generation == 1 and d.state.reserved == 1 + GENERATION_BLOCK
+    assert [r.kind for r in d.state.records] == [RecordKind.ROUTING_COMPUTED]
+
+
+def test_a_connecting_switch_is_read_back_then_sent_only_its_difference() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    dpid = d.sb.dpids["leaf1"]
+    d.sb.up.add(dpid)
+    steps = d.feed(SwitchConnected(dpid), now=10.0)
+    assert isinstance(steps[0].commands[0], ReadSwitch)  # nothing is pushed before the switch is read
+    pushes = [c for s in steps for c in s.commands if isinstance(c, Push)]
+    assert len(pushes) == 1 and set(pushes[0].deltas) == {dpid}
+    (record,) = d.records("switch_connect")
+    assert (
+        record.switch == "leaf1" and record.flow_mods and record.flow_mods > 0 and record.detected_at == 10.0
+    )
+    assert "leaf1" in d.state.synced and d.state.in_sync is not False
+    # Reconnecting an up-to-date switch sends nothing.
+    d.feed(SwitchDisconnected(dpid), now=11.0)
+    d.feed(SwitchConnected(dpid), now=12.0)
+    assert d.records("switch_connect")[-1].flow_mods == 0
+
+
+def test_connect_all_programs_every_switch_and_every_pair_is_delivered() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    assert d.state.in_sync and len(d.state.connected) == 20
+    d.fake.assert_delivers(d.fake.all_pairs())
+    d.assert_holds_desired()
+    cookies = {f.cookie for sw in d.fake.switches.values() for f in sw.flows.values()}
+    assert {generation_of(c) for c in cookies} == {1}
+
+
+def test_both_ends_of_a_cut_are_one_reroute_with_timings_and_changed_destinations() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    link = next(i for i in switch_links(d) if "agg1" in (d.fabric.links[i].a.node, d.fabric.links[i].b.node))
+    d.now = 50.0
+    d.set_link(link, up=False)
+    (down,) = d.records("port_down")
+    assert down.generation == 2 and down.ports is not None and len(down.ports) == 1  # one link, two ends
+    assert down.detected_at == 50.0 and down.installed_ms is not None and down.installed_ms >= 0
+    assert down.changed_destinations is not None and 0 < down.changed_destinations < 36
+    assert not [c for s in d.steps[-3:] for c in s.commands if isinstance(c, Save)]  # within the block
+    d.fake.assert_delivers(d.fake.all_pairs())
+    d.set_link(link, up=True)
+    assert d.records()[-1].kind == RecordKind.PORT_UP
+    d.assert_holds_desired()
+
+
+def test_make_before_break_every_pair_is_delivered_between_the_phases() -> None:
+    d = CoreDriver(fat_tree(4), options=ForwardingOptions(fast_failover=False))
+    d.start()
+    d.connect_all()
+    link = switch_links(d)[5]
+    d.fake.set_link(link, up=False)  # the cable is cut: without failover groups pairs drop until rerouted
+    d.sb.between_phases.append(lambda: d.fake.assert_delivers(d.fake.all_pairs()))
+    ends = [e for e in (d.fabric.links[link].a, d.fabric.links[link].b)]
+    d.feed(PortsChanged(tuple(PortChange(d.sb.dpids[e.node], e.port, False, 1.0) for e in ends)))
+    assert d.records("port_down")  # the check ran between make and break and passed
+    d.assert_holds_desired()
+
+
+def test_an_operator_change_is_saved_before_it_takes_effect() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    before = d.state
+    steps = d.feed(RoutingRequested(7, engine="sssp"))
+    first = steps[0]
+    assert [type(c) for c in first.commands] == [Save]  # nothing pushed before the save
+    assert first.state.config == before.config and first.state.current is before.current
+    assert d.saves[-1].engine == "sssp"
+    reply = d.replies[7]
+    assert reply.error is None and isinstance(reply.result, dict) and reply.result["kind"] == "routing_change"
+    assert d.state.config.engine == "sssp" and d.state.in_sync
+
+
+def test_a_failed_save_changes_nothing_and_tells_the_caller() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    before = d.state
+    messages = sum(s.messages for s in d.fake.switches.values())
+    d.save_error = "PermissionError: read-only"
+    d.feed(RoutingRequested(3, engine="sssp"))
+    assert d.replies[3].error is not None and "nothing changed" in str(d.replies[3].error)
+    assert d.state.config == before.config and d.state.generation == before.generation
+    assert d.state.current is before.current and d.state.pending_change is None
+    assert sum(s.messages for s in d.fake.switches.values()) == messages
+
+
+def test_a_bad_engine_is_refused_without_a_save() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    step = d.feed(RoutingRequested(1, engine="nope"))[0]
+    assert [type(c) for c in step.commands] == [Reply]
+    assert "unknown routing engine 'nope'" in str(d.replies[1].error)
+
+
+def test_reroutes_save_only_when_they_leave_the_reserved_block() -> None:
+    saved = SavedState("ftree", True, False, generation=5000)
+    d = CoreDriver(fat_tree(4), saved=saved)
+    d.start()
+    assert d.state.generation == 5001 and d.saves[-1].generation == 5001 + GENERATION_BLOCK
+    d.connect_all()
+    saves = len(d.saves)
+    link = switch_links(d)[0]
+    for i in range(4):
+        d.set_link(link, up=i % 2 == 1)
+    assert len(d.saves) == saves  # 4 generations inside the block: no disk write on the reroute path
+
+
+def test_a_failed_rollout_rereads_the_switch_and_repairs_it() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    d.sb.fail_next.add(d.sb.dpids["agg1"])
+    d.feed(RoutingRequested(1, engine="minhop"))
+    result = d.replies[1].result
+    assert isinstance(result, dict) and result["failed_switches"]
+    assert d.state.failed_updates == 1 and d.state.in_sync  # read back and fixed within the same run
+    d.assert_holds_desired()
+
+
+def test_discovery_grace_period_then_missing_then_ok() -> None:
+    fabric = leaf_spine(2, 1, 1)
+    d = CoreDriver(fabric)
+    d.start()
+    dpids = d.sb.dpids
+    for name in ("leaf1", "spine1"):
+        d.feed(SwitchConnected(dpids[name]), now=100.0)  # not up in the fake: reads fail, nothing probed
+    d.feed(Tick(), now=103.0)
+    assert not [c for c in d.steps[-1].commands if isinstance(c, Log) and "missing" in c.message]
+    step = d.feed(Tick(), now=106.0)[0]
+    warnings = [c.message for c in step.commands if isinstance(c, Log)]
+    assert any("missing" in w for w in warnings), warnings
+    link = next(lk for lk in fabric.links if {lk.a.node, lk.b.node} == {"leaf1", "spine1"})
+    a, b = link.a, link.b
+    d.feed(LinksSeen((LinkSighting(dpids[a.node], a.port, dpids[b.node], b.port, 107.0),)), now=107.0)
+    step = d.feed(Tick(), now=108.0)[0]
+    # leaf2 never connected: its link is pending, not missing; leaf1's was seen, so the fabric is fine again
+    assert [c.message for c in step.commands if isinstance(c, Log)] == [
+        "cabling: all declared links seen as declared"
+    ]
+    assert d.state.cabling_problems == ()
+    step = d.feed(Tick(), now=109.0)[0]
+    assert not [c for c in step.commands if isinstance(c, Log)]  # logged when it changes, not every round
+
+
+def test_a_switch_that_disconnects_while_being_read_is_left_for_its_next_connection() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    dpid = d.sb.dpids["leaf2"]
+    d.feed(SwitchConnected(dpid))
+    d.feed(SwitchDisconnected(dpid))
+    steps = d.feed(SwitchRead(dpid, {}, (), ()))
+    assert steps[0].commands == () and "leaf2" not in d.state.installed
+
+
+def test_unknown_datapaths_are_recorded_once_and_left_alone() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.feed(SwitchConnected(0xDEAD))
+    d.feed(SwitchConnected(0xDEAD))
+    assert [r.dpid for r in d.records("unknown_switch")] == [f"{0xDEAD:016x}"]
+
+
+def test_same_events_same_state() -> None:
+    def run() -> list[tuple[str, int | None, int | None]]:
+        d = CoreDriver(fat_tree(4))
+        d.start()
+        d.connect_all()
+        for i, link in enumerate(switch_links(d)[:6]):
+            d.now = float(i)
+            d.set_link(link, up=False)
+        return [(r.kind, r.generation, r.flow_mods) for r in d.state.records]
+
+    assert run() == run()
+
+
+def test_generation_exhaustion_is_refused_up_front() -> None:
+    core = FabricCore(SubnetContext.build(fat_tree(2)))
+    with pytest.raises(GenerationExhausted):
+        core.initial_state(SavedState("ftree", True, False, MAX_GENERATION - 1))
+    state = core.initial_state(None, Config("ftree"))
+    assert state.generation == 0
