@@ -211,6 +211,21 @@ def assign_layers(tables: RoutingTables, max_layers: int) -> Layering:
     return Layering(_per_route(subnet, layer), max_layers, True)
 
 
+def lanes(tables: RoutingTables, max_layers: int) -> tuple[U8, dict[str, object]]:
+    """Per-route lanes for `tables` (see `Layering`) and what to report: all zero when one lane is enough
+    (the plain graph is acyclic, as on every tree), DFSSSP layers otherwise."""
+    subnet = tables.subnet
+    zero = np.zeros((subnet.n_switches, subnet.max_lid + 1), dtype=np.uint8)
+    codes, _, n_chan = dependencies(tables)
+    if not acyclic_core(codes, n_chan).any():
+        return zero, {"layers": 1}
+    layering = assign_layers(tables, max_layers)
+    info: dict[str, object] = {"layers": layering.count}
+    if not layering.acyclic:
+        info["note"] = layering.note
+    return (layering.layers if layering.layers is not None else zero), info
+
+
 def _per_route(subnet: Subnet, layer: I64) -> U8:
     leaves = np.flatnonzero(subnet.has_hosts)
     result = np.zeros((subnet.n_switches, subnet.max_lid + 1), dtype=np.uint8)
@@ -277,6 +292,7 @@ __all__ = [
     "dependencies",
     "destination_layers",
     "find_cycles",
+    "lanes",
     "layer_cycles",
     "merge",
     "path_dependencies",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from controller.sm.cdg import assign_layers
+from controller.sm.cdg import lanes
 from controller.sm.engines.base import RoutingEngine
 from controller.sm.lids import LidMap, assign_lids
 from controller.sm.subnet import NO_PORT, U8, Subnet
@@ -107,15 +107,15 @@ def reroute(
     lft[:, kept] = previous.lft[np.ix_(rows, kept)]
     redo = np.setdiff1d(subnet.dest_lids, kept)
     lft[:, redo] = full.lft[:, redo]
-    before = np.full_like(lft, NO_PORT)
-    before[:, common[same]] = previous.lft[np.ix_(rows, common[same])]
-    changed = {int(lid) for lid in common[same] if not np.array_equal(lft[:, lid], before[:, lid])}
+    both = common[same]
+    moved = (lft[:, both] != previous.lft[np.ix_(rows, both)]).any(axis=0)
+    changed = {int(lid) for lid in both[moved]}
     info = dict(full.info)
     info["incremental"] = {"affected": int(affected.sum()), "changed": len(changed), "removed": len(removed)}
     tables = replace(full, lft=lft, alt=_with_kept_ports(subnet, full.alt, lft, kept), info=info, layers=None)
     if full.layers is not None:
-        layering = assign_layers(tables, int(getattr(engine, "max_layers", 8)))
-        tables = replace(tables, layers=layering.layers)
+        layers, lane_info = lanes(tables, int(getattr(engine, "max_layers", 8)))
+        tables = replace(tables, layers=layers, info={**info, **lane_info})
     return IncrementalRouting(
         tables=tables,
         full=full,

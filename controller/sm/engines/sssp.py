@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from controller.sm.cdg import acyclic_core, assign_layers, dependencies
+from controller.sm.cdg import lanes
 from controller.sm.engines.base import RoutingEngine
 from controller.sm.engines.common import TargetMasks, alternatives, port_order
 from controller.sm.hostorder import host_order
@@ -197,20 +197,7 @@ class DfssspEngine(SsspEngine):
 
     def route(self, subnet: Subnet) -> RoutingTables:
         tables = super().route(subnet)
-        codes, _, n_chan = dependencies(tables)
-        if not acyclic_core(codes, n_chan).any():
-            layers = np.zeros((subnet.n_switches, subnet.max_lid + 1), dtype=np.uint8)
-            info: dict[str, object] = {"layers": 1}
-        else:
-            layering = assign_layers(tables, self.max_layers)
-            layers = (
-                layering.layers
-                if layering.layers is not None
-                else np.zeros((subnet.n_switches, subnet.max_lid + 1), dtype=np.uint8)
-            )
-            info = {"layers": layering.count}
-            if not layering.acyclic:
-                info["note"] = layering.note
+        layers, info = lanes(tables, self.max_layers)
         return RoutingTables(self.name, subnet, tables.lft, tables.alt, info, layers)
 
 
