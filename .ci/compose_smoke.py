@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,12 @@ def post(api: ControllerClient, path: str, body: dict[str, Any]) -> Any:
     if status != 200:
         raise SmokeFailure(f"POST {path} {body}: {status} {answer}")
     return answer
+
+
+def fetch(api: ControllerClient, path: str) -> str:
+    with urllib.request.urlopen(f"http://{api.host}:{api.api_port}{path}", timeout=30) as response:
+        text: str = response.read().decode()
+        return text
 
 
 def health(service: str) -> str:
@@ -126,6 +133,24 @@ def smoke() -> dict[str, Any]:
     wait_for(seen, 30, "the controller's port_down after a link_down fault", interval_s=0.2)
     post(EMULATOR, "faults", {"action": "link_up", "target": "leaf1:3"})
     print("ok: link_down injected through the emulator API, port_down seen by the controller", flush=True)
+
+    page = fetch(CONTROLLER, "/")
+    if "fabric-view.js" not in page or len(fetch(CONTROLLER, "/ui/dist/fabric-view.js")) < 10_000:
+        raise SmokeFailure("the live view at / or its bundled script is missing from the image")
+    metrics = fetch(CONTROLLER, "/metrics")
+    for family in (
+        'fabriclab_events_total{kind="port_down"}',
+        "fabriclab_port_transmit_bytes_total",
+        "fabriclab_link_utilisation_ratio",
+        "fabriclab_http_request_duration_seconds_bucket",
+    ):
+        if family not in metrics:
+            raise SmokeFailure(f"controller /metrics lacks {family}")
+    if 'fabriclab_events_total{kind="port_down"} 0.0' in metrics:
+        raise SmokeFailure("controller /metrics did not count the port_down")
+    if "fabriclab_emulator_port_transmit_bytes_total" not in fetch(EMULATOR, "/metrics"):
+        raise SmokeFailure("emulator /metrics lacks its interface counters")
+    print("ok: live view and bundle served, /metrics of controller and emulator", flush=True)
 
     shutil.rmtree(ROOT / RESULTS, ignore_errors=True)
     run = compose("exec", "-T", "fabric", "fabriclab", "scenario", "run", SCENARIO, "-o", RESULTS)

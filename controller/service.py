@@ -114,6 +114,8 @@ class Published:
     stats: PortStats | None
     started_at: float
     published_at: float
+    #: The poll before `stats` (rates and utilisation are differences of the two).
+    previous_stats: PortStats | None = None
 
 
 @dataclass
@@ -215,6 +217,7 @@ class FabricService:
                 stats if stats is not None else old.stats,
                 self._started_at,
                 self.clock(),
+                old.stats if stats is not None else old.previous_stats,
             )
 
     # --- inputs from the southbound (os-ken's thread; must return at once) -------------------------------

@@ -7,23 +7,27 @@ from real switches), so `fabriclab emulate up` serves this beside Mininet (defau
          -d '{"action": "link_down", "target": "leaf1:3"}'
     curl localhost:8081/api/v1/faults
 
-Same guard, error shape and token rules as the controller's API (`controller.rest.common`).
+Same guard, error shape and token rules as the controller's API (`controller.rest.common`); `/metrics` serves
+the emulator's own counters (`emulation.metrics`); the controller's live view may call it from the browser
+(CORS for the controller's origin only).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Request
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict
 
 from controller.rest.common import (
     API,
     ApiError,
     ErrorBody,
+    allow_page_origins,
     allowed_hosts,
     install,
     parse_body,
@@ -61,10 +65,15 @@ def create_app(
     summary: dict[str, Any],
     token: str | None = None,
     address: tuple[str, int] = ("127.0.0.1", 8081),
+    registry: CollectorRegistry | None = None,
+    page_origins: Sequence[str] = (),
 ) -> FastAPI:
-    """`apply(action, target)` performs a fault and describes it, or raises ValueError/KeyError."""
+    """`apply(action, target)` performs a fault and describes it, or raises ValueError/KeyError.
+    `registry`: the emulator's metrics, served at `/metrics` with this API's request latency;
+    `page_origins`: origins of the controller's live view, which may inject faults from the browser."""
     app = FastAPI(title="fabriclab emulator", version="1", docs_url=None)
-    install(app, allowed_hosts(*address))
+    install(app, allowed_hosts(*address), registry=registry if registry is not None else CollectorRegistry())
+    allow_page_origins(app, page_origins)
     log: list[FaultRecord] = []
     lock = threading.Lock()
     errors: dict[int | str, dict[str, Any]] = {

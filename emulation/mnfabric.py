@@ -19,15 +19,14 @@ import re
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from controller.sm.addressing import IPV4_PREFIX_LEN
 from emulation.mesh import Endpoint
 from topologies.model import Fabric
+from topologies.scale import Scale
 
-_UNITS = {"K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
 MAX_SHAPED_MBPS = 1000.0
 
 
@@ -50,28 +49,6 @@ def mininet_available() -> str | None:
     if importlib.util.find_spec("mininet") is None:
         return "the mininet Python package is not installed (pip install mininet)"
     return None
-
-
-@dataclass(frozen=True)
-class Scale:
-    """Real link speed -> emulated speed, e.g. `400G=200M`: a 400 Gb/s link is shaped to 200 Mb/s."""
-
-    real_gbps: float
-    emulated_gbps: float
-
-    @classmethod
-    def parse(cls, text: str) -> Scale:
-        match = re.fullmatch(r"\s*([\d.]+)\s*([KMGT])\s*=\s*([\d.]+)\s*([KMGT])\s*", text.upper())
-        if not match:
-            raise ValueError(f"scale {text!r}: expected REAL=EMULATED like 400G=200M")
-        real = float(match[1]) * _UNITS[match[2]]
-        emulated = float(match[3]) * _UNITS[match[4]]
-        if real <= 0 or emulated <= 0:
-            raise ValueError(f"scale {text!r}: speeds must be > 0")
-        return cls(real, emulated)
-
-    def mbps(self, bw_gbps: float) -> float:
-        return bw_gbps * self.emulated_gbps / self.real_gbps * 1000.0
 
 
 def _fits(name: str, max_port: int) -> bool:

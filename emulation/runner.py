@@ -28,27 +28,10 @@ from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
 from emulation.report import write_outputs
 from emulation.scenario import FlowPlan, Scenario
+from topologies.tiers import Tiers
 
 BASE_PORT = 6000
 Progress = Callable[[float, str], None]
-
-
-def console_progress(stream: Any = sys.stderr) -> Progress:
-    """A one-line progress bar on a terminal, a line per 10 % otherwise (CI logs)."""
-    last = [-1]
-
-    def show(fraction: float, what: str) -> None:
-        done = int(fraction * 30)
-        if stream.isatty():
-            stream.write(f"\r[{'#' * done}{'.' * (30 - done)}] {fraction * 100:5.1f}%  {what:<40}")
-            if fraction >= 1:
-                stream.write("\n")
-        elif int(fraction * 10) != last[0]:
-            last[0] = int(fraction * 10)
-            stream.write(f"{fraction * 100:5.1f}%  {what}\n")
-        stream.flush()
-
-    return show
 
 
 def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
@@ -261,7 +244,9 @@ def _utilisation(scenario: Scenario, samples: list[tuple[float, list[dict[str, A
     """Per link direction and polling interval: transmitted bits per second (and share of the scaled
     capacity when links are shaped), from consecutive samples of OVS port counters."""
     fabric = scenario.fabric
+    tiers = Tiers(fabric)
     rows: dict[str, list[float]] = {}
+    groups: dict[str, str] = {}
     times: list[float] = []
     for (t1, links1), (t2, links2) in itertools.pairwise(samples):
         dt = t2 - t1
@@ -277,8 +262,22 @@ def _utilisation(scenario: Scenario, samples: list[tuple[float, list[dict[str, A
                 capacity = after["bw_gbps"] * 1e9
                 if scenario.scale is not None:
                     capacity = scenario.scale.mbps(after["bw_gbps"]) * 1e6
-                rows.setdefault(f"{after[side]}->{after[far]}", []).append(round(bps / capacity, 5))
-    return {"times_s": times, "unit": "fraction of (scaled) capacity", "links": dict(sorted(rows.items()))}
+                name = f"{after[side]}->{after[far]}"
+                rows.setdefault(name, []).append(round(bps / capacity, 5))
+                src, dst = after[side].rpartition(":")[0], after[far].rpartition(":")[0]
+                groups[name] = f"{tiers.of(src)} → {tiers.of(dst)}"
+    # bottom up, each tier's way up before its way down
+    levels = {
+        f"{a} → {b}": (min(i, j), i > j) for i, a in enumerate(tiers.names) for j, b in enumerate(tiers.names)
+    }
+    order = sorted(set(groups.values()), key=lambda g: levels.get(g, (99, False)))
+    return {
+        "times_s": times,
+        "unit": "fraction of (scaled) capacity",
+        "links": dict(sorted(rows.items())),
+        "groups": groups,
+        "group_order": order,
+    }
 
 
-__all__ = ["console_progress", "run_name_prefix", "run_scenario"]
+__all__ = ["Progress", "run_name_prefix", "run_scenario"]

@@ -9,19 +9,21 @@ CLI (with a `fault` command) or waits for a signal.  Teardown removes only what 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from controller.rest.client import ControllerClient
-from controller.rest.common import BackgroundServer, serve_in_thread
+from controller.rest.common import BackgroundServer, page_origins, serve_in_thread
 from controller.sm.manager import SubnetManager
 from emulation.controlproc import ControllerProcess
 from emulation.lifecycle import deferred
 from emulation.mesh import check_all_pairs
+from emulation.metrics import HeadroomSource, SwitchPort, emulator_registry
 from emulation.mnfabric import MininetFabric, Scale
 from topologies.model import Fabric
+from topologies.tiers import Tiers
 
 Address = tuple[str, int]
 
@@ -82,13 +84,33 @@ def interactive(net: MininetFabric) -> None:
     FabricCLI(net.net)
 
 
+def switch_ports(net: MininetFabric) -> list[SwitchPort]:
+    """Every cabled switch port with its interface in this namespace (what the emulator's metrics read)."""
+    tiers = Tiers(net.fabric)
+    return [
+        SwitchPort(ref.node, ref.port, tiers.of(ref.node), net.intf_name(ref.node, ref.port))
+        for ref in sorted(net.fabric.port_map)
+        if net.fabric.nodes[ref.node].is_switch
+    ]
+
+
 def serve_faults(
-    net: MininetFabric, summary: dict[str, Any], address: Address, token: str | None
+    net: MininetFabric,
+    summary: dict[str, Any],
+    address: Address,
+    token: str | None,
+    controller_api: Address | None = None,
+    headroom: Sequence[HeadroomSource] = (),
 ) -> BackgroundServer:
-    """The emulator's REST API (fault injection, summary) on a thread."""
+    """The emulator's REST API (fault injection, summary, metrics) on a thread.  The live view served by
+    the controller at `controller_api` may call it from a browser.  `headroom`: sources of headroom
+    figures to export (see `emulation.metrics.HeadroomSource`)."""
     from emulation.api import create_app  # noqa: PLC0415  (FastAPI only when serving)
 
-    app = create_app(lambda action, target: apply_fault(net, action, target), summary, token, address)
+    registry, _ = emulator_registry(switch_ports(net), headroom)
+    origins = page_origins(*controller_api) if controller_api is not None else []
+    app = create_app(lambda action, target: apply_fault(net, action, target), summary, token, address,
+                     registry, origins)  # fmt: skip
     return serve_in_thread(app, address, "emulator-api", "--emu-api")
 
 
@@ -109,12 +131,16 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
         target = options.controller
         if target is None:
             (api_host, api_port), (_, of_port) = options.api, options.openflow
+            scaled = ["--capacity-scale", str(options.scale)] if options.scale is not None else []
             ctl = ControllerProcess(options.topology.resolve(), Path(".fabriclab-state"),
-                                    Path("controller.log"), "--engine", options.engine,
+                                    Path("controller.log"), "--engine", options.engine, *scaled,
                                     host=api_host, of_port=of_port, api_port=api_port)  # fmt: skip
             ctl.start()
             target = ctl.openflow
-            say(f"controller: REST http://{api_host}:{api_port}/api/v1 (log: controller.log)")
+            say(
+                f"controller: REST http://{api_host}:{api_port}/api/v1, "
+                f"live view http://{api_host}:{api_port}/ (log: controller.log)"
+            )
         net = MininetFabric(fabric, addresses, controller=target, scale=options.scale, mtu=options.mtu)
         try:
             with deferred():
@@ -135,11 +161,13 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                 "pairs_reachable": ok,
                 "verified_s": round(time.perf_counter() - start, 3),
             }
-            server = serve_faults(net, summary, options.emu_api, options.token)
+            server = serve_faults(net, summary, options.emu_api, options.token,
+                                  options.controller_api if options.controller else options.api)  # fmt: skip
             host, port = options.emu_api
             say(
                 f'faults: POST http://{host}:{port}/api/v1/faults (e.g. {{"action": "link_down", '
-                f'"target": "leaf1:3"}}); summary: GET http://{host}:{port}/api/v1/emulation'
+                f'"target": "leaf1:3"}}); summary: GET http://{host}:{port}/api/v1/emulation; '
+                f"metrics: http://{host}:{port}/metrics"
             )
             if options.interactive:
                 interactive(net)
@@ -154,4 +182,12 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
             ctl.stop()
 
 
-__all__ = ["UpOptions", "apply_fault", "interactive", "run_up", "serve_faults", "wait_for_signal"]
+__all__ = [
+    "UpOptions",
+    "apply_fault",
+    "interactive",
+    "run_up",
+    "serve_faults",
+    "switch_ports",
+    "wait_for_signal",
+]

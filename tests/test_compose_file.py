@@ -23,7 +23,7 @@ def compose() -> dict[str, Any]:
 
 def test_compose_file_works_with_v2_and_1_29(compose: dict[str, Any]) -> None:
     assert "version" not in compose  # obsolete in v2 (warns); 1.29 reads the Compose Specification without it
-    assert set(compose["services"]) == {"controller", "fabric", "test"}
+    assert set(compose["services"]) == {"controller", "fabric", "test", "prometheus"}
     assert "networks" not in compose  # no Docker bridge networks at all
 
 
@@ -33,8 +33,20 @@ def test_least_privilege_and_no_bridge_networks(compose: dict[str, Any]) -> None
         assert service["network_mode"] in {"host", "none"}, name
         assert "networks" not in service and "ports" not in service, name
         assert set(service.get("cap_add", [])) <= EMULATION_CAPS, name
-        assert service["image"] == "fabriclab:latest", name  # one image for all
-        assert service["build"] == {"context": ".", "dockerfile": "docker/Dockerfile", "network": "host"}
+    images = {name: (s["image"], s["build"].get("target")) for name, s in compose["services"].items()}
+    assert images == {  # one image for controller and fabric; the tests add a browser; Prometheus its own
+        "controller": ("fabriclab:latest", "runtime"),
+        "fabric": ("fabriclab:latest", "runtime"),
+        "test": ("fabriclab-test:latest", "test"),
+        "prometheus": ("fabriclab-prometheus:latest", None),
+    }
+    for name, service in compose["services"].items():
+        dockerfile = "docker/prometheus.Dockerfile" if name == "prometheus" else "docker/Dockerfile"
+        assert {k: v for k, v in service["build"].items() if k != "target"} == {
+            "context": ".",
+            "dockerfile": dockerfile,
+            "network": "host",
+        }
     controller = compose["services"]["controller"]
     assert "cap_add" not in controller and "devices" not in controller  # it only speaks TCP
     for name in ("fabric", "test"):
@@ -66,6 +78,29 @@ def test_test_service_is_isolated_and_must_run_emulation(compose: dict[str, Any]
     assert test["environment"]["FABRICLAB_REQUIRE_EMULATION"] == "1"
     assert test["command"] == ["python", "-m", "pytest", "-q"]
     assert test["profiles"] == ["test"]  # not started by `docker compose up`
+    assert test["environment"]["FABRICLAB_ARTIFACTS"].startswith("/fabriclab/results/")  # the screenshot
+
+
+def test_observability_profile_runs_prometheus_on_both_endpoints(compose: dict[str, Any]) -> None:
+    prometheus = compose["services"]["prometheus"]
+    assert prometheus["profiles"] == ["observability"] and prometheus["network_mode"] == "host"
+    assert "cap_add" not in prometheus and "volumes" not in prometheus
+    script = prometheus["command"][2]
+    assert prometheus["command"][:2] == ["sh", "-c"]
+    assert "--web.listen-address=127.0.0.1:$$PROMETHEUS_PORT" in script  # loopback; $$: the shell's $
+    assert "--web.console.templates=/etc/fabriclab/consoles" in script
+    env = prometheus["environment"]
+    assert env["API_PORT"] == "${FABRICLAB_API_PORT:-8080}"
+    assert env["EMU_API_PORT"] == "${FABRICLAB_EMU_API_PORT:-8081}"
+    config = (ROOT / "docker" / "prometheus" / "prometheus.yml.in").read_text()
+    rendered = yaml.safe_load(config.replace("@API_PORT@", "8080").replace("@EMU_API_PORT@", "8081"))
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in rendered["scrape_configs"]}
+    assert targets == {"fabriclab-controller": ["127.0.0.1:8080"], "fabriclab-emulator": ["127.0.0.1:8081"]}
+    dockerfile = (ROOT / "docker" / "prometheus.Dockerfile").read_text()
+    assert re.findall(r"^FROM .*$", dockerfile, re.M) == [
+        "FROM debian:bookworm-slim"
+    ]  # same base, Debian's package
+    assert "install -y --no-install-recommends prometheus" in dockerfile and "USER prometheus" in dockerfile
 
 
 def test_every_setting_is_documented_with_its_default() -> None:
@@ -77,17 +112,27 @@ def test_every_setting_is_documented_with_its_default() -> None:
         if line and not line.startswith("#")
     )
     assert used == example  # same names, same defaults
-    readme = (ROOT / "README.md").read_text()
-    assert [name for name in used if f"`{name}`" not in readme] == []
+    settings = (ROOT / "docs" / "compose.md").read_text()  # the settings table (the README links it)
+    assert [name for name in used if f"`{name}`" not in settings] == []
+    assert "docs/compose.md" in (ROOT / "README.md").read_text()
 
 
 def test_image_installs_extra_cas_from_the_documented_folder() -> None:
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
-    assert re.findall(r"^FROM .*$", dockerfile, re.M) == ["FROM debian:bookworm-slim"]
-    copy = re.search(r"^COPY docker/certs/ (\S+)$", dockerfile, re.M)
-    assert copy and copy.group(1).startswith("/usr/local/share/ca-certificates/")
-    cas = dockerfile.index("update-ca-certificates")
-    assert cas < dockerfile.index("pip install")  # trusted before anything is fetched over HTTPS
+    assert re.findall(r"^FROM .*$", dockerfile, re.M) == [
+        "FROM debian:bookworm-slim AS web",
+        "FROM debian:bookworm-slim AS runtime",
+        "FROM runtime AS test",
+    ]
+    stages = re.split(r"^FROM .*$", dockerfile, flags=re.M)[1:]
+    for stage, fetch in ((stages[0], "npm ci"), (stages[1], "pip install")):
+        copy = re.search(r"^COPY docker/certs/ (\S+)$", stage, re.M)
+        assert copy and copy.group(1).startswith("/usr/local/share/ca-certificates/")
+        assert stage.index("update-ca-certificates") < stage.index(fetch)  # trusted before any HTTPS fetch
+    assert "NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt" in stages[0]
+    assert "COPY web/package.json web/package-lock.json" in stages[0]  # the lockfile pins the bundle
+    assert "COPY --from=web /src/controller/observe/page/dist/" in stages[1]
+    assert "chromium chromium-driver" in stages[2] and "chromium" not in stages[1]
     assert (ROOT / "docker" / "certs" / "README.md").is_file()
     assert "/docker/certs/*.crt" in (ROOT / ".gitignore").read_text().splitlines()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -36,7 +37,7 @@ schema.config.generation.update(modes=list(schemathesis.GenerationMode))  # vali
 
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_no_request_makes_a_server_error(case: schemathesis.Case) -> None:
+def test_no_request_makes_a_server_error(case: schemathesis.Case[Any]) -> None:
     response = case.call()
     case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
 

@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from controller.core.fabric import StateNotSaved, dry_run
+from controller.observe.web import Observability, mount
 from controller.rest import models
 from controller.rest.common import (
     API,
@@ -42,16 +43,22 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 def create_app(
-    service: FabricService, token: str | None = None, hosts: frozenset[str] | None = None
+    service: FabricService,
+    token: str | None = None,
+    hosts: frozenset[str] | None = None,
+    observability: Observability | None = None,
 ) -> FastAPI:
-    """`hosts`: the Host header values accepted (see `controller.rest.common.allowed_hosts`)."""
+    """`hosts`: the Host header values accepted (see `controller.rest.common.allowed_hosts`);
+    `observability`: metrics and the live view (default: unscaled capacities, no event thread)."""
     app = FastAPI(
         title="fabriclab controller",
         version="1",
         description="Subnet-manager-style controller for Ethernet/OpenFlow AI fabrics.",
         docs_url=None,
     )
-    install(app, hosts)
+    obs = observability or Observability.for_service(service.snapshot, token_required=token is not None)
+    install(app, hosts, registry=obs.registry)
+    mount(app, obs)
     mutation = [Depends(require_token_dependency(token))]
     dry_runs = threading.BoundedSemaphore(MAX_CONCURRENT_DRY_RUNS)
 

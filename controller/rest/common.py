@@ -15,6 +15,10 @@
 * **Tokens**: with a token set, mutations need `Authorization: Bearer <token>`; 401 carries
   `WWW-Authenticate`.  An empty token is a configuration error, not "open".
 * **Docs** (`/docs`) load Swagger UI from the `swagger-ui-bundle` package, so they work without internet.
+* **Metrics**: the guard times every request (to its response headers, so a server-sent event stream
+  counts as the time it took to start) into `fabriclab_http_request_duration_seconds`, labelled with the
+  route's template (never the raw path: a scan of random URLs must not create series), and `/metrics`
+  serves the app's own registry in Prometheus' text format.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from typing import Annotated, Any, TypeVar
 from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -116,16 +121,59 @@ def allowed_hosts(host: str, port: int, extra: Iterable[str] = ()) -> frozenset[
     return frozenset(result)
 
 
-class Guard:
-    """ASGI middleware: Host allow-list, bounded and fully-read bodies, JSON mutations, one Authorization."""
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
-    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None, max_body_bytes: int = MAX_BODY_BYTES):
-        self.app, self.hosts, self.max_body_bytes = app, hosts, max_body_bytes
+
+class HttpMetrics:
+    """Request latency of one app, in that app's registry (two apps in one process never share series)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.duration = Histogram(
+            "fabriclab_http_request_duration_seconds",
+            "REST request latency until the response headers were sent, by route template and status code",
+            ["method", "route", "code"],
+            registry=registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+        )
+
+    def observe(self, scope: Scope, status: int, seconds: float) -> None:
+        method = str(scope.get("method", ""))
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        self.duration.labels(method if method in _METHODS else "other", route, str(status)).observe(seconds)
+
+
+class Guard:
+    """ASGI middleware: Host allow-list, bounded and fully-read bodies, JSON mutations, one Authorization;
+    and the latency of every request when given `metrics`."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        hosts: frozenset[str] | None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        metrics: HttpMetrics | None = None,
+    ):
+        self.app, self.hosts, self.max_body_bytes, self.metrics = app, hosts, max_body_bytes, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        metrics = self.metrics
+        if metrics is None:
+            await self._guarded(scope, receive, send)
+            return
+        start = time.perf_counter()
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                metrics.observe(scope, int(message["status"]), time.perf_counter() - start)
+            await send(message)
+
+        await self._guarded(scope, receive, timed)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
         problem = self._check(scope["method"], headers)
         if problem is not None:
@@ -237,8 +285,14 @@ def parse_body(raw: bytes, model: type[_Model]) -> _Model:
         raise ApiError(400, "body is nested too deeply", None) from None
 
 
-def install(app: FastAPI, hosts: frozenset[str] | None, max_body_bytes: int = MAX_BODY_BYTES) -> None:
-    """Error handlers, the guard and local API docs on `app` (created with `docs_url=None`)."""
+def install(
+    app: FastAPI,
+    hosts: frozenset[str] | None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    registry: CollectorRegistry | None = None,
+) -> None:
+    """Error handlers, the guard and local API docs on `app` (created with `docs_url=None`); with a
+    `registry`, request latency goes into it and `GET /metrics` serves it."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -264,8 +318,43 @@ def install(app: FastAPI, hosts: frozenset[str] | None, max_body_bytes: int = MA
         )
         return error_response(500, f"internal error ({type(exc).__name__}); see the server log", None)
 
-    app.add_middleware(Guard, hosts=hosts, max_body_bytes=max_body_bytes)
+    metrics = HttpMetrics(registry) if registry is not None else None
+    app.add_middleware(Guard, hosts=hosts, max_body_bytes=max_body_bytes, metrics=metrics)
     _local_docs(app)
+    if registry is not None:
+        _metrics_endpoint(app, registry)
+
+
+def _metrics_endpoint(app: FastAPI, registry: CollectorRegistry) -> None:
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:  # a plain def: runs on the thread pool (a large fabric takes a while)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def allow_page_origins(app: FastAPI, origins: Iterable[str]) -> None:
+    """Let pages served from `origins` (the controller's live view) call this API from a browser, with a
+    bearer token: CORS for exactly those origins, GET and POST only.  Call after `install`."""
+    from starlette.middleware.cors import CORSMiddleware  # noqa: PLC0415
+
+    allowed = sorted({o.rstrip("/") for o in origins if o})
+    if allowed:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=allowed,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=600,
+        )
+
+
+def page_origins(host: str, port: int) -> list[str]:
+    """The origins a browser shows for a server at host:port (loopback answers to its usual names too)."""
+    names = {host}
+    if is_loopback(host):
+        names |= {"localhost", "127.0.0.1", "[::1]"}
+    return sorted(
+        f"http://{'[' + n + ']' if ':' in n and not n.startswith('[') else n}:{port}" for n in names
+    )
 
 
 def _local_docs(app: FastAPI) -> None:
@@ -330,11 +419,14 @@ __all__ = [
     "BackgroundServer",
     "ErrorBody",
     "Guard",
+    "HttpMetrics",
     "ListenError",
+    "allow_page_origins",
     "allowed_hosts",
     "error_response",
     "install",
     "is_loopback",
+    "page_origins",
     "parse_body",
     "require_token_dependency",
     "serve_in_thread",

@@ -20,10 +20,11 @@ from controller.sm.manager import SubnetManager
 from emulation.lifecycle import Stopped, stop_on_signals
 from emulation.mnfabric import EmulationError, Scale, mininet_available
 from emulation.ovs import OvsDaemon
-from emulation.runner import console_progress, run_scenario
+from emulation.runner import run_scenario
 from emulation.scenario import load_scenario
 from emulation.session import UpOptions, run_up
 from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli.progress import console_progress
 from fabriclab.cli.serve import endpoint
 
 
@@ -92,7 +93,8 @@ def scenario_run(args: argparse.Namespace) -> int:
     daemon = _prerequisites()
     stop_on_signals()
     try:
-        summary = run_scenario(scenario, args.output, console_progress())
+        with console_progress() as progress:
+            summary = run_scenario(scenario, args.output, progress)
     except WaitTimeout as exc:
         raise CliError(f"controller not ready (see controller.log under {args.output}): {exc}") from None
     except Stopped:
@@ -108,7 +110,7 @@ def scenario_run(args: argparse.Namespace) -> int:
             f"{len(rep['flows'])} flows, {lost} packets lost, worst loss window {worst} ms, "
             f"{sum(1 for e in rep['events'] if e['kind'].startswith('port_'))} reroutes"
         )
-    print(f"results: {args.output}/summary.json, {args.output}/report.md")
+    print(f"results: {args.output}/summary.json, {args.output}/report.md, {args.output}/report.html")
     return 0
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from controller.sm.intents import ForwardingOptions
 from controller.state import StateError, StateStore
 from fabriclab.cli.common import CliError, load_fabric
+from topologies.scale import Scale
 
 LOG = logging.getLogger("fabriclab")
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
@@ -51,6 +52,12 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--stats-interval", type=float, default=2.0, metavar="S", help="port counter polling period"
     )
+    p.add_argument(
+        "--capacity-scale",
+        metavar="REAL=EMULATED",
+        help="links run scaled, as in an emulated fabric (e.g. 400G=200M): utilisation (metrics, live view) "
+        "is measured against the scaled speed",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run)
 
@@ -64,11 +71,16 @@ def run(args: argparse.Namespace) -> int:
     for option, value in (("--lldp-interval", args.lldp_interval), ("--stats-interval", args.stats_interval)):
         if not math.isfinite(value) or not 0.05 <= value <= 3600:
             raise CliError(f"{option}: must be a number of seconds within 0.05..3600, not {value!r}")
+    try:
+        scale = Scale.parse(args.capacity_scale) if args.capacity_scale else None
+    except ValueError as exc:
+        raise CliError(f"--capacity-scale: {exc}") from None
     fabric = load_fabric(args.topology)
 
     # Imported here: the routing-only commands must not pay for os-ken, FastAPI and uvicorn.
     from controller.core.fabric import GenerationExhausted  # noqa: PLC0415
     from controller.core.state import Config  # noqa: PLC0415
+    from controller.observe.web import Observability  # noqa: PLC0415
     from controller.rest.api import create_app  # noqa: PLC0415
     from controller.rest.common import (  # noqa: PLC0415
         ALLOWED_HOSTS_ENV,
@@ -103,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
     for host, port, what in ((of_host, of_port, "--openflow"), (api_host, api_port, "--api")):
         _check_bindable(host, port, what)
     extra_hosts = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
-    app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts))
+    observability = Observability.for_service(service.snapshot, scale, token_required=token is not None)
+    app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts), observability)
+    observer = observability.observer()
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -111,14 +125,17 @@ def run(args: argparse.Namespace) -> int:
 
     runtime = start_openflow(service, of_host, of_port)
     service.start(runtime.app)
+    observer.start()
     try:
         rest = serve_in_thread(app, (api_host, api_port), "rest", "--api")
     except ListenError as exc:
         runtime.stop()
         service.stop()
+        observer.stop()
         raise CliError(str(exc)) from None
     LOG.info(
-        "controller for %s: engine %s, OpenFlow %s:%d, REST http://%s:%d/api/v1 (docs at /docs)",
+        "controller for %s: engine %s, OpenFlow %s:%d, REST http://%s:%d/api/v1 (docs at /docs, live view "
+        "at /, metrics at /metrics)",
         fabric.summary(),
         state.config.engine,
         of_host,
@@ -143,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     LOG.info("shutting down")
     runtime.stop()
     service.stop()
+    observer.stop()
     rest.stop()
     LOG.info("stopped")
     return 0 if stop.is_set() else 1

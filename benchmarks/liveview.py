@@ -1,0 +1,126 @@
+"""Live view and metrics at fabric scale, in process (no switches needed): how big the drawing and the
+pushed frames are, how long a frame and a `/metrics` scrape take to build, at k=8 and k=16.
+
+    python benchmarks/liveview.py --out benchmarks/results/liveview.json [--n 20] [--ks 8,16]
+
+Counters are synthetic (every switch port busy at a seeded random rate); the routing is really computed
+(ftree).  Render time in a browser is in docs/observability.md (measured with headless Chromium).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from prometheus_client import generate_latest  # noqa: E402
+
+from controller.core.events import Start  # noqa: E402
+from controller.core.fabric import FabricCore  # noqa: E402
+from controller.observe.live import LiveOptions, LiveView  # noqa: E402
+from controller.observe.metrics import controller_registry  # noqa: E402
+from controller.observe.model import Layout  # noqa: E402
+from controller.service import PortCounters, PortStats, Published  # noqa: E402
+from controller.sm.manager import SubnetContext  # noqa: E402
+from topologies.generators import fat_tree  # noqa: E402
+
+
+def _pcts(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "p50": round(statistics.median(ordered), 3),
+        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 3),
+        "max": round(ordered[-1], 3),
+    }
+
+
+def run(k: int, n: int, seed: int) -> dict[str, Any]:
+    fabric = fat_tree(k)
+    context = SubnetContext.build(fabric)
+    core = FabricCore(context)
+    state = core.handle(core.initial_state(), time.time(), Start()).state
+    ports = [(r.node, r.port) for r in fabric.port_map if fabric.nodes[r.node].is_switch]
+    rng = random.Random(seed)
+    totals = dict.fromkeys(ports, 0)
+
+    def poll(at: float) -> PortStats:
+        for key in ports:
+            totals[key] += rng.randrange(0, 25_000_000)
+        return PortStats(at, {key: PortCounters(0, 0, v, v, 0, 0, 0, 0) for key, v in totals.items()})
+
+    published = [Published(context, state, poll(0.0), 0.0, 0.0)]
+    for i in range(1, n + 2):
+        prev = published[-1]
+        published.append(Published(context, state, poll(float(i)), 0.0, float(i), prev.stats))
+    current = {"pub": published[1]}
+    layout = Layout(fabric)
+    view_ms, view_bytes = [], 0
+    for _ in range(n):
+        live = LiveView(lambda: current["pub"], Layout(fabric), options=LiveOptions())
+        start = time.perf_counter()
+        view_bytes = len(json.dumps(live.view(), separators=(",", ":")))
+        view_ms.append((time.perf_counter() - start) * 1000)
+    live = LiveView(lambda: current["pub"], layout, options=LiveOptions(frame_interval_s=0.25))
+    frame_ms, frame_bytes = [], []
+    for i, pub in enumerate(published[2:]):
+        current["pub"] = pub
+        start = time.perf_counter()
+        frame = live.frame(now=10.0 + i)
+        message, _ = live.message(frame, cursor=state.records[-1].id, util_sent=None)
+        frame_ms.append((time.perf_counter() - start) * 1000)
+        frame_bytes.append(len(message))
+    registry, _ = controller_registry(lambda: current["pub"], layout)
+    scrape_ms, scrape_bytes = [], 0
+    for _ in range(n):
+        start = time.perf_counter()
+        scrape_bytes = len(generate_latest(registry))
+        scrape_ms.append((time.perf_counter() - start) * 1000)
+    return {
+        "fabric": fabric.summary(),
+        "nodes": len(fabric.nodes),
+        "links": len(fabric.links),
+        "view_bytes": view_bytes,
+        "view_build_ms": _pcts(view_ms),
+        "frame_with_utilisation_bytes": _pcts([float(b) for b in frame_bytes]),
+        "frame_build_ms": _pcts(frame_ms),
+        "metrics_bytes": scrape_bytes,
+        "metrics_scrape_ms": _pcts(scrape_ms),
+        "frames_per_second_max": round(1 / live.options.frame_interval_s, 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--n", type=int, default=20)
+    parser.add_argument("--ks", default="8,16")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    results = {f"k{k}": run(int(k), args.n, args.seed) for k in args.ks.split(",")}
+    doc = {
+        "benchmark": "liveview",
+        "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
+        "results": results,
+    }
+    text = json.dumps(doc, indent=2)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
