@@ -24,6 +24,7 @@ step from its log, its peak RSS, and its dumped tables through fabriclab's verif
     python benchmarks/routing.py --out benchmarks/results/routing.json          # everything (an hour)
     python benchmarks/routing.py --quick                                         # k <= 16, small fabrics
     python benchmarks/routing.py --cases osm-k24,ft24 --engines ftree,sssp --repeats 5
+    python benchmarks/routing.py --from-json benchmarks/results/routing.json        # its Markdown table
 """
 
 from __future__ import annotations
@@ -288,6 +289,37 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The results as a Markdown table (what docs/benchmarks.md shows)."""
+    out = [
+        "| fabric | kind | hosts | engine | routing s p50 (p95, n) | peak MB | max/mean | worst shift | VLs "
+        "| OpenSM s p50 | OpenSM MB | OpenSM max/mean | OpenSM worst shift |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        if "route_s" not in r:
+            why = r.get("not_applicable") or r.get("error")
+            cells = f"| {r['case']} | {r.get('kind', '')} | {r.get('hosts', '')} | {r['engine']} | {why} "
+            out.append(cells + "|" * 9)
+            continue
+        o = r.get("opensm") or {}
+        osm = "| | | | "
+        if o.get("ok"):
+            used = "" if o.get("engine_used") == r["engine"] else f" ({o.get('engine_used')})"
+            osm = (
+                f"| {o['route_s']['p50']:.3f}{used} | {o['peak_rss_mb']:.0f} "
+                f"| {o.get('all_to_all_max_over_mean', '')} | {o.get('shift_worst_max_flows', '')} "
+            )
+        vls = r["vls"] if r["deadlock_free"] else "cyclic"
+        sampled = " (1024 shifts)" if r["shifts_evaluated"] < r["hosts"] - 1 else ""
+        out.append(
+            f"| {r['case']} | {r['kind']} | {r['hosts']} | {r['engine']} "
+            f"| {r['route_s']:.3f} ({r['route_s_p95']:.3f}, {r['repeats']}) | {r['route_peak_mb']} "
+            f"| {r['all_to_all_max_over_mean']:.3f} | {r['shift_worst_max_flows']}{sampled} | {vls} {osm}|"
+        )
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", help=f"comma-separated subset of: {', '.join(CASES)}")
@@ -300,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-opensm", action="store_true", help="do not run OpenSM beside fabriclab")
     parser.add_argument("--opensm-repeats", type=int, default=3, help="OpenSM runs per case (default 3)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--markdown", type=Path, help="also write the results as a Markdown table here")
+    parser.add_argument("--from-json", type=Path, help="no runs: render --markdown from a saved JSON report")
     parser.add_argument("--worker", nargs=2, metavar=("CASE", "ENGINE"), help=argparse.SUPPRESS)
     parser.add_argument("--opensm-worker", nargs=2, metavar=("CASE", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -308,6 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.opensm_worker:
         print(json.dumps(run_opensm_case(args.opensm_worker[0], args.opensm_worker[1], args.opensm_repeats)))
+        return 0
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())["results"]
+        text = markdown(saved)
+        if args.markdown:
+            args.markdown.write_text(text)
+        else:
+            print(text, end="")
         return 0
     registry = default_registry()
     engines = args.engines.split(",") if args.engines else registry.names()
@@ -365,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
+    if args.markdown:
+        args.markdown.write_text(markdown(rows))
     print(_table(rows), file=sys.stderr)
     return 0
 
