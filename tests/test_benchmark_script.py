@@ -11,7 +11,17 @@ from tests.conftest import ROOT
 
 def test_routing_benchmark_runs_and_reports_json() -> None:
     done = subprocess.run(
-        [sys.executable, "benchmarks/routing.py", "--cases", "ft8", "--engines", "ftree,minhop"],
+        [
+            sys.executable,
+            "benchmarks/routing.py",
+            "--cases",
+            "ft8,torus6x6",
+            "--engines",
+            "ftree,minhop,dfsssp",
+            "--repeats",
+            "3",
+            "--no-opensm",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -19,13 +29,19 @@ def test_routing_benchmark_runs_and_reports_json() -> None:
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    rows = {row["engine"]: row for row in report["results"]}
-    assert set(rows) == {"ftree", "minhop"}
+    rows = {row["engine"]: row for row in report["results"] if row["case"] == "ft8"}
+    assert set(rows) == {"ftree", "minhop", "dfsssp"}
     for row in rows.values():
         assert row["verified"] and row["deadlock_free_1vl"] and row["hosts"] == 128
-        assert row["route_s"] > 0 and row["shifts_evaluated"] == 127
+        assert row["route_s"] > 0 and row["shifts_evaluated"] == 127 and row["repeats"] == 3
+        assert row["route_s"] <= row["route_s_p95"] <= row["route_s_max"]
     assert rows["ftree"]["shift_worst_max_flows"] == 1
     assert rows["minhop"]["all_to_all_max_over_mean"] > rows["ftree"]["all_to_all_max_over_mean"]
+    torus = {row["engine"]: row for row in report["results"] if row["case"] == "torus6x6"}
+    assert "not a fat-tree" in torus["ftree"]["not_applicable"]
+    assert torus["dfsssp"]["verified"] and torus["dfsssp"]["vls"] > 1
+    assert len(report["machine"]["loadavg_before"]) == 3
+    assert "max/mean" in done.stderr  # the at-a-glance table
 
 
 def test_controller_benchmark_runs_and_reports_json() -> None:

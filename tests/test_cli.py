@@ -96,14 +96,14 @@ def test_degraded_routing_from_the_cli(capsys: pytest.CaptureFixture[str]) -> No
 def test_engines_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "engines")
     assert code == 0
-    assert [line.split()[0] for line in out.splitlines()] == ["minhop", "updn", "ftree", "sssp"]
+    assert [line.split()[0] for line in out.splitlines()] == ["minhop", "updn", "ftree", "sssp", "dfsssp"]
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["route", "nope.yaml"], "nope.yaml: no such file"),
-        (["route", "{topo}", "--engine", "dfsssp"], "unknown routing engine 'dfsssp'"),
+        (["route", "{topo}", "--engine", "lash"], "unknown routing engine 'lash'"),
         (["route", "{topo}", "--vls", "0"], "--vls must be 1..15"),
         (["route", "{topo}", "--fail-links", "999"], "cannot fail 999 links"),
         (["route", "{topo}", "--sm-node", "h99"], "no node 'h99'"),

@@ -80,7 +80,7 @@ def test_rail_fabric_puts_nic_i_of_every_server_on_rail_leaf_i() -> None:
             "spines must be >= 1",
         ),
         ("rail", {"servers": 6, "parallel": 4}, "generator.parallel", "does not divide"),
-        ("torus", {}, "generator.kind", "unknown generator"),
+        ("hypercube", {}, "generator.kind", "unknown generator"),
     ],
 )
 def test_impossible_parameters_are_rejected(kind: str, params: dict[str, int], field: str, text: str) -> None:

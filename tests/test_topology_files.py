@@ -200,10 +200,10 @@ BAD = [
     ("string k", "name: x\ngenerator:\n  kind: fat-tree\n  k: '4'\n", 4, "generator.k", "valid integer"),
     (
         "unknown generator",
-        "name: x\ngenerator: {kind: torus}\n",
+        "name: x\ngenerator: {kind: hypercube}\n",
         2,
         "generator.kind",
-        "unknown value 'torus'",
+        "unknown value 'hypercube'",
     ),
     (
         "generator typo",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import zlib
 from pathlib import Path
 
 
@@ -87,12 +88,34 @@ def read_input_bytes(
 def read_input_file(
     path: str | Path, error: type[InputError] = InputError, max_bytes: int = MAX_INPUT_BYTES
 ) -> str:
-    """A user's text file (UTF-8), or one located error saying why it cannot be read."""
+    """A user's text file (UTF-8; gzip-compressed if it ends in .gz), or one located error saying why it
+    cannot be read.  A compressed file is held to `max_bytes` after decompression too (no gzip bombs)."""
     data = read_input_bytes(path, error, max_bytes)
+    if str(path).endswith(".gz"):
+        data = _gunzip(data, str(path), error, max_bytes)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise error("not a text file (UTF-8 expected)", file=str(path)) from None
+
+
+def _gunzip(data: bytes, file: str, error: type[InputError], max_bytes: int) -> bytes:
+    """Decompress a gzip member stream, stopping as soon as the output passes `max_bytes`."""
+    out = bytearray()
+    try:
+        while data:
+            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            out += inflater.decompress(data, max_bytes + 1 - len(out))
+            if len(out) > max_bytes:
+                raise error(f"too large: more than {max_bytes:,} bytes once decompressed", file=file)
+            if not inflater.eof:
+                if inflater.unconsumed_tail:
+                    raise error(f"too large: more than {max_bytes:,} bytes once decompressed", file=file)
+                raise error("not a gzip file (truncated)", file=file)
+            data = inflater.unused_data  # concatenated members, as gzip(1) writes them
+    except zlib.error:
+        raise error("not a gzip file", file=file) from None
+    return bytes(out)
 
 
 def _file_kind(mode: int) -> str:

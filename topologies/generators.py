@@ -12,6 +12,11 @@ Port conventions (documented because cabling plans and OpenSM dumps refer to the
   (and that of the OpenSM reference fabric).
 * leaf-spine: leaf ports 1..H for hosts, then for each spine its parallel links in turn; spine port
   (leaf index x parallel) + i + 1.
+* opensm-fat-tree: the same k-ary 3-tree cabled the way OpenSM's own test generator (`gen_net.py fattree3`)
+  writes it, as in `/work/shared/reference/opensm-ft3-k16` (names `hN_pPeE`, `edge_pP_E`, `agg_pP_A`, `coreC`;
+  GUIDs 0x0002c9 | index bytes little-endian | 00 for CAs, 02 for switches; the first CA, then every switch,
+  then the other CAs).  Its port numbering happens to equal the fat-tree's above, but names, GUIDs and node
+  order do not: a fabric fabriclab did not lay out itself, for benchmarks and tests.
 * rail: a server has G network adapters (one host node per NIC, `server` set), NIC i of every server in a
   group is cabled to rail leaf i of that group on port (server index in group + 1); leaf uplinks follow, one
   block of parallel links per spine; every leaf of every group reaches every spine (DGX SuperPOD style, one
@@ -24,6 +29,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from topologies.direct import dragonfly, random_regular, torus
 from topologies.errors import TopologyError
 from topologies.model import MAX_PORTS, Fabric, Link, Node, NodeKind, PortRef, make_guid
 
@@ -116,6 +122,87 @@ def fat_tree(k: int, bw_gbps: float = DEFAULT_BW_GBPS) -> Fabric:
         f"fat-tree-k{k}",
         f"3-tier k={k} fat-tree ({5 * k * k // 4} switches, {k**3 // 4} hosts)",
         {"generator": {"kind": "fat-tree", "k": k, "bw_gbps": bw_gbps}},
+    )
+
+
+#: OUI of the GUIDs OpenSM's test generator hands out (Mellanox's 0x0002c9).
+_OPENSM_OUI = 0x0002C9 << 40
+
+
+def _opensm_guid(index: int, kind: int) -> int:
+    """GUID as OpenSM's test generator numbers nodes: the index in the 3rd and 4th bytes, low byte first."""
+    return _OPENSM_OUI | (index & 0xFF) << 24 | ((index >> 8) & 0xFF) << 16 | kind
+
+
+def opensm_fat_tree(k: int, bw_gbps: float = DEFAULT_BW_GBPS) -> Fabric:
+    """3-tier k-ary fat-tree in the layout of OpenSM's test generator (see the module docstring).
+
+    Byte for byte, `dump_ibnet` of `opensm_fat_tree(16)` is the reference fabric.net (apart from comments).
+    """
+    _require(
+        isinstance(k, int) and k >= 2 and k % 2 == 0,
+        "generator.k",
+        f"k must be an even integer >= 2, got {k}",
+    )
+    _require(bw_gbps > 0, "generator.bw_gbps", f"bw_gbps must be positive, got {bw_gbps}")
+    _check_radix(k, f"a k={k} fat-tree")
+    half = k // 2
+    hosts = k * half * half
+    _require(hosts < 1 << 16, "generator.k", f"k={k} needs more hosts than the GUID layout numbers")
+    nodes: dict[str, Node] = {}
+    links: list[Link] = []
+
+    def host(n: int) -> str:
+        pod, rest = divmod(n, half * half)
+        return f"h{n}_p{pod}e{rest // half}"
+
+    def add_host(n: int) -> None:
+        nodes[host(n)] = Node(host(n), NodeKind.HOST, _opensm_guid(n, 0), 1, pod=n // (half * half))
+
+    add_host(0)  # the generator writes the first CA (where the SM runs) before the switches
+    for pod in range(k):
+        for e in range(half):
+            name = f"edge_p{pod}_{e}"
+            nodes[name] = Node(name, NodeKind.SWITCH, _opensm_guid(pod * half + e, 2), k, tier=0, pod=pod)
+    for pod in range(k):
+        for a in range(half):
+            name = f"agg_p{pod}_{a}"
+            index = k * half + pod * half + a
+            nodes[name] = Node(name, NodeKind.SWITCH, _opensm_guid(index, 2), k, tier=1, pod=pod)
+    for c in range(half * half):
+        nodes[f"core{c}"] = Node(
+            f"core{c}", NodeKind.SWITCH, _opensm_guid(2 * k * half + c, 2), k, tier=2, group=c // half
+        )
+    for n in range(1, hosts):
+        add_host(n)
+    for n in range(hosts):
+        edge, port = divmod(n, half)
+        links.append(
+            Link(PortRef(host(n), 1), PortRef(f"edge_p{edge // half}_{edge % half}", port + 1), bw_gbps)
+        )
+    for pod in range(k):
+        for e in range(half):
+            for a in range(half):
+                links.append(
+                    Link(
+                        PortRef(f"edge_p{pod}_{e}", half + a + 1), PortRef(f"agg_p{pod}_{a}", e + 1), bw_gbps
+                    )
+                )
+        for a in range(half):
+            for i in range(half):
+                links.append(
+                    Link(
+                        PortRef(f"agg_p{pod}_{a}", half + i + 1),
+                        PortRef(f"core{a * half + i}", pod + 1),
+                        bw_gbps,
+                    )
+                )
+    return Fabric(
+        f"opensm-fat-tree-k{k}",
+        nodes,
+        tuple(links),
+        description=f"3-tier k={k} fat-tree in OpenSM's test-generator layout",
+        meta={"generator": {"kind": "opensm-fat-tree", "k": k, "bw_gbps": bw_gbps}},
     )
 
 
@@ -278,7 +365,15 @@ def rail(
 
 
 #: Generator registry: kind -> function.  The YAML `generator:` block and the CLI both dispatch through it.
-GENERATORS: dict[str, Callable[..., Fabric]] = {"fat-tree": fat_tree, "leaf-spine": leaf_spine, "rail": rail}
+GENERATORS: dict[str, Callable[..., Fabric]] = {
+    "fat-tree": fat_tree,
+    "opensm-fat-tree": opensm_fat_tree,
+    "leaf-spine": leaf_spine,
+    "rail": rail,
+    "torus": torus,
+    "dragonfly": dragonfly,
+    "random-regular": random_regular,
+}
 
 
 def generate(kind: str, **params: Any) -> Fabric:
@@ -292,4 +387,4 @@ def generate(kind: str, **params: Any) -> Fabric:
     return fabric
 
 
-__all__ = ["GENERATORS", "fat_tree", "generate", "leaf_spine", "rail"]
+__all__ = ["GENERATORS", "fat_tree", "generate", "leaf_spine", "opensm_fat_tree", "rail"]

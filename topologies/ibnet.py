@@ -192,7 +192,9 @@ def parse_ibnet(
         )
         for r in records.values()
     }
-    fabric = Fabric(name=name or Path(file).stem or "ibnet", nodes=nodes, links=tuple(links))
+    fabric = Fabric(
+        name=name or Path(file.removesuffix(".gz")).stem or "ibnet", nodes=nodes, links=tuple(links)
+    )
     check_fabric(fabric, _IbnetLocator(file, {r.name: r.line for r in records.values()}, link_lines))
     return fabric
 

@@ -148,7 +148,48 @@ class RailGenerator(_Strict):
     bw_gbps: PositiveFloat = 400.0
 
 
-GeneratorSpec = Annotated[FatTreeGenerator | LeafSpineGenerator | RailGenerator, Field(discriminator="kind")]
+class OpenSmFatTreeGenerator(_Strict):
+    kind: Literal["opensm-fat-tree"]
+    k: int
+    bw_gbps: PositiveFloat = 400.0
+
+
+class TorusGenerator(_Strict):
+    kind: Literal["torus"]
+    x: int
+    y: int
+    hosts_per_switch: int = 1
+    bw_gbps: PositiveFloat = 400.0
+
+
+class DragonflyGenerator(_Strict):
+    kind: Literal["dragonfly"]
+    groups: int
+    routers: int
+    globals_per_router: int
+    hosts_per_switch: int = 1
+    bw_gbps: PositiveFloat = 400.0
+
+
+class RandomRegularGenerator(_Strict):
+    kind: Literal["random-regular"]
+    switches: int
+    degree: int
+    hosts_per_switch: int = 1
+    seed: int = 0
+    bw_gbps: PositiveFloat = 400.0
+
+
+GeneratorSpec = Annotated[
+    FatTreeGenerator
+    | OpenSmFatTreeGenerator
+    | LeafSpineGenerator
+    | RailGenerator
+    | TorusGenerator
+    | DragonflyGenerator
+    | RandomRegularGenerator,
+    Field(discriminator="kind"),
+]
 
 
 class TopologySpec(_Strict):
@@ -171,8 +212,12 @@ class TopologySpec(_Strict):
 
 _GENERATOR_MODELS: dict[str, type[BaseModel]] = {
     "fat-tree": FatTreeGenerator,
+    "opensm-fat-tree": OpenSmFatTreeGenerator,
     "leaf-spine": LeafSpineGenerator,
     "rail": RailGenerator,
+    "torus": TorusGenerator,
+    "dragonfly": DragonflyGenerator,
+    "random-regular": RandomRegularGenerator,
 }
 
 

@@ -480,6 +480,8 @@ class FabricCore:
 
 def changed_destinations(previous: Computation | None, current: Computation) -> int | None:
     """How many destination LIDs have a different port on at least one switch (None: not comparable)."""
+    if current.changed_lids is not None:  # incremental recompute: only destinations that used the failure
+        return len(current.changed_lids)
     if previous is None:
         return None
     old, new = previous.tables, current.tables

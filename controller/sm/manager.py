@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.sm.addressing import AddressTable
-from controller.sm.engines import EngineRegistry, default_registry
+from controller.sm.engines import EngineRegistry, RoutingEngine, default_registry, select_engine
+from controller.sm.incremental import NotIncremental, reroute
 from controller.sm.intents import (
     MAX_GENERATION,
     ForwardingOptions,
@@ -51,6 +52,38 @@ class Computation:
     verification: Verification
     down_links: tuple[str, ...]
     lost_hosts: tuple[str, ...]
+    #: True when only the destinations that used a failed part were rerouted (`incremental.reroute`).
+    incremental: bool = False
+    #: Why another engine than `engine` routed this generation (see `SubnetManager.fallback`).
+    fallback: str | None = None
+    #: Destination LIDs whose entries changed since the previous computation (None: not tracked — a full
+    #: recomputation, e.g. after a link came back or another engine was chosen).
+    changed_lids: frozenset[int] | None = None
+
+    @property
+    def changed_destinations(self) -> int | None:
+        """How many destinations moved: the count a port-down event reports."""
+        return None if self.changed_lids is None else len(self.changed_lids)
+
+
+def _route(
+    router: RoutingEngine, live: Fabric, lids: LidMap, previous: Computation | None
+) -> tuple[RoutingTables, Verification, frozenset[int] | None]:
+    """Incremental when the live fabric is the previous computation's minus failures with the same engine
+    (only destinations that used the failed part move); a full routing otherwise, or when the spliced tables
+    do not verify."""
+    if previous is not None and previous.tables.engine == router.name:
+        try:
+            result = reroute(previous.tables, live, router, lids)
+        except NotIncremental:
+            result = None
+        if result is not None and (result.failed_links or result.failed_switches or result.removed_lids):
+            verification = verify(result.tables)
+            if verification.ok:
+                return result.tables, verification, result.changed_lids
+            return result.full, verify(result.full), None
+    tables = router.route(Subnet.build(live, lids))
+    return tables, verify(tables), None
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,18 +147,30 @@ class SubnetContext:
         ports_down: Mapping[PortRef, float],
         generation: int,
         previous: Computation | None = None,
+        fallback: str | None = None,
     ) -> Computation:
         """Route the live fabric as generation `generation`: raises `UnknownEngine` before doing anything.
-        With `previous` (same engine and options), switches whose rows are unchanged keep their programs."""
+        With `previous` (same engine and options), switches whose rows are unchanged keep their programs.
+
+        When `previous` was routed by the same engine and the live fabric is its fabric minus failed links or
+        switches, only the destinations whose routes used the failed part are rerouted
+        (`incremental.reroute`; `changed_lids` says which moved).  With `fallback`, an engine that cannot
+        route the live fabric (ftree on a non-tree) is replaced by it, and `fallback` in the result says why.
+        """
         router = self.registry.create(engine)
+        if fallback is not None:
+            self.registry.create(fallback)
         if generation > MAX_GENERATION:
             raise GenerationExhausted(
                 f"table generation {generation - 1} is the last the 48-bit cookie can carry; "
                 "start the controller on a fresh state directory"
             )
         live, lost = self.live_fabric(ports_down)
-        subnet = Subnet.build(live, assign_lids(live, previous=self.lids))
-        tables = router.route(subnet)
+        lids = assign_lids(live, previous=self.lids)
+        note = None
+        if fallback is not None:
+            router, note = select_engine(self.registry, engine, Subnet.build(live, lids), fallback)
+        tables, verification, changed = _route(router, live, lids, previous)
         reuse = None
         if previous is not None and previous.engine == engine and previous.options == options:
             reuse = (previous.tables, previous.programs)
@@ -136,9 +181,12 @@ class SubnetContext:
             options=options,
             tables=tables,
             programs=programs,
-            verification=verify(tables),
+            verification=verification,
             down_links=tuple(str(self.declared.links[i]) for i in self.down_links(ports_down)),
             lost_hosts=lost,
+            incremental=changed is not None,
+            fallback=note,
+            changed_lids=changed,
         )
 
     def route(self, computation: Computation, src: str, dst: str) -> list[Hop]:
@@ -166,9 +214,14 @@ class SubnetManager:
     options: ForwardingOptions = field(default_factory=ForwardingOptions)
     generation: int = 0
     registry: EngineRegistry = field(default_factory=default_registry)
+    #: Engine to use when `engine` cannot route the live fabric (ftree on a non-tree), as OpenSM falls back;
+    #: None: the engine routes anyway (ftree through a single root).
+    fallback: str | None = None
 
     def __post_init__(self) -> None:
         self.registry.create(self.engine)  # unknown engine: fail before anything runs
+        if self.fallback is not None:
+            self.registry.create(self.fallback)
         self.context = SubnetContext.build(self.declared, self.registry)
         self.ports_down: dict[PortRef, float] = {}
         self.current: Computation | None = None
@@ -201,7 +254,12 @@ class SubnetManager:
     def compute(self, engine: str | None = None, options: ForwardingOptions | None = None) -> Computation:
         """Route the live fabric (without committing): raises on an unknown engine, changes nothing."""
         return self.context.compute(
-            engine or self.engine, options or self.options, self.ports_down, self.generation + 1, self.current
+            engine or self.engine,
+            options or self.options,
+            self.ports_down,
+            self.generation + 1,
+            self.current,
+            self.fallback,
         )
 
     def commit(self, computation: Computation) -> None:

@@ -14,9 +14,12 @@ import re
 from collections.abc import Iterator
 
 import numpy as np
+import numpy.typing as npt
 
+from controller.sm.lids import Endpoint, LidMap, fabric_endpoints
 from controller.sm.subnet import NO_PORT, Subnet
 from controller.sm.tables import RoutingTables, new_lft
+from topologies.model import Fabric
 
 #: InfiniBand lane speeds in Gb/s as OpenSM prints them, and link widths.
 _SPEEDS = (2.5, 5.0, 10.0, 14.0, 25.0, 50.0, 100.0, 200.0)
@@ -144,6 +147,52 @@ def parse_lfts(text: str) -> Iterator[tuple[int, int, dict[int, int]]]:
         yield current
 
 
+_ENTRY_GUID = re.compile(r"^0x([0-9a-fA-F]+) \d+ # .* portguid 0x([0-9a-fA-F]+):")
+
+
+def lids_from_lfts(fabric: Fabric, text: str) -> LidMap:
+    """The LID assignment an opensm-lfts.dump was made with, as a `LidMap` over `fabric` (by port GUID).
+
+    OpenSM hands out LIDs in the order of its port table, a map keyed by port GUID in network byte order —
+    on a little-endian machine that is the order of the byte-reversed GUID, which differs from fabriclab's
+    GUID order on fabrics such as OpenSM's own k=16 (whose GUIDs carry the index low byte first).  Building
+    the subnet with these LIDs lets OpenSM's tables be read back and compared entry by entry.
+    """
+    by_guid: dict[int, int] = {}
+    for line in text.splitlines():
+        match = _ENTRY_GUID.match(line.strip())
+        if match:
+            by_guid.setdefault(int(match.group(2), 16), int(match.group(1), 16))
+    endpoints: dict[int, Endpoint] = {}
+    hosts, switches = fabric_endpoints(fabric)
+    for endpoint in hosts + switches:
+        lid = by_guid.get(endpoint.guid)
+        if lid is None:
+            raise DumpError(f"{endpoint.node} (port GUID 0x{endpoint.guid:016x}) has no LID in the dump")
+        endpoints[lid] = endpoint
+    return LidMap(
+        by_guid={e.guid: lid for lid, e in endpoints.items()}, endpoints=dict(sorted(endpoints.items()))
+    )
+
+
+def ca_order_from_dump(subnet: Subnet, text: str) -> npt.NDArray[np.int64]:
+    """Endpoint indices in the order of an `opensm-ftree-ca-order.dump` (dummies skipped), so another SM's
+    tables can be judged on shift permutations in the order it routed them for."""
+    index = {int(lid): i for i, lid in enumerate(subnet.ep_lids.tolist())}
+    order: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        lid_text = line.split("\t", 1)[0].strip()
+        if not lid_text or lid_text.upper() == "0XFFFF":
+            continue
+        try:
+            order.append(index[int(lid_text, 16)])
+        except (KeyError, ValueError):
+            raise DumpError(f"line {number}: {lid_text!r} is not a host LID of this subnet") from None
+    if sorted(order) != list(range(len(index))):
+        raise DumpError("the CA order does not list every host exactly once")
+    return np.array(order, dtype=np.int64)
+
+
 def tables_from_lfts(subnet: Subnet, text: str, engine: str = "opensm") -> RoutingTables:
     """OpenSM's tables as `RoutingTables` over our subnet (same GUIDs and LIDs required)."""
     by_guid = {int(g): i for i, g in enumerate(subnet.switch_guids.tolist())}
@@ -165,4 +214,13 @@ def tables_from_lfts(subnet: Subnet, text: str, engine: str = "opensm") -> Routi
     return RoutingTables(engine, subnet, lft, alt, {"source": "opensm-lfts.dump"})
 
 
-__all__ = ["DumpError", "format_lfts", "format_subnet_lst", "parse_lfts", "phy_and_speed", "tables_from_lfts"]
+__all__ = [
+    "DumpError",
+    "ca_order_from_dump",
+    "format_lfts",
+    "format_subnet_lst",
+    "lids_from_lfts",
+    "parse_lfts",
+    "phy_and_speed",
+    "tables_from_lfts",
+]

@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from controller.sm.hostorder import top_tier
 from controller.sm.paths import UpDown, hop_distances, multi_source_distances, updown
 from controller.sm.subnet import I32, INF, U8, Bool, Subnet
 
@@ -44,13 +45,6 @@ class Orientation:
             "levels": int(self.rank.max(initial=0)) + 1,
             "fallback": self.fallback,
         }
-
-
-def top_tier(subnet: Subnet) -> Bool:
-    """Switches farthest from any host-attached switch."""
-    leaf_dist = multi_source_distances(subnet, subnet.has_hosts)
-    top: Bool = leaf_dist == leaf_dist.max(initial=0)
-    return top
 
 
 def _directions(subnet: Subnet, rank: I32, horizontal: Horizontal) -> tuple[Bool, Bool]:

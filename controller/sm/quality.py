@@ -6,8 +6,9 @@ Two figures OpenSM users compare engines by:
   is the number of flows over it.  Reported per tier (leaf->spine, spine->leaf, ...) and over all
   switch-to-switch channels; max/mean = 1 is perfect balance.  Computed per destination as flows
   accumulating down the routing tree, farthest switches first — no per-flow walking.
-* shift permutations: host i sends to host (i + s) mod N, hosts in LID order, for every shift s; the worst
-  shift's maximum flows on one channel.  1 means the permutation runs without link contention, the
+* shift permutations: host i sends to host (i + s) mod N for every shift s, hosts in CA order (leaf by leaf,
+  as OpenSM's `opensm-ftree-ca-order.dump`; see `hostorder`); the worst shift's maximum flows on one
+  channel.  1 means the permutation runs without link contention, the
   property fat-tree routing promises; it is what ring and pairwise collectives look like.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from controller.sm.hostorder import host_order
 from controller.sm.paths import multi_source_distances
 from controller.sm.subnet import F64, I64, NO_PORT, Subnet
 from controller.sm.tables import RoutingTables
@@ -109,11 +111,22 @@ def all_to_all_load(tables: RoutingTables) -> F64:
     return load[:count]
 
 
-def shift_report(tables: RoutingTables, max_shifts: int | None = None, batch: int = 0) -> ShiftReport:
+def shift_report(
+    tables: RoutingTables,
+    max_shifts: int | None = None,
+    batch: int = 0,
+    order: npt.NDArray[np.int64] | None = None,
+) -> ShiftReport:
     """Worst shift permutation over switch-to-switch channels.  With `max_shifts`, a deterministic spread of
-    shifts (every (N-1)/max_shifts-th) is evaluated instead of all N-1."""
+    shifts (every (N-1)/max_shifts-th) is evaluated instead of all N-1.  Hosts are taken in CA order
+    (`hostorder.host_order`) unless `order` (endpoint indices) says otherwise — e.g. the order of another
+    SM's `opensm-ftree-ca-order.dump` when judging its tables."""
     subnet = tables.subnet
     n = int(subnet.ep_lids.size)
+    if order is None:
+        order = host_order(subnet).order
+    elif sorted(order.tolist()) != list(range(n)):
+        raise ValueError("order must list every host endpoint exactly once")
     if n < 2:
         return ShiftReport(n, 0, 0, 0, 0)
     shifts = np.arange(1, n, dtype=np.int64)
@@ -125,8 +138,8 @@ def shift_report(tables: RoutingTables, max_shifts: int | None = None, batch: in
     nbr_flat = subnet.nbr.reshape(-1)
     chan_flat = chan.reshape(-1)
     ports = subnet.n_ports
-    src_switch = subnet.ep_switch.astype(np.int64)
-    dst_lid = subnet.ep_lids.astype(np.int64)
+    src_switch = subnet.ep_switch[order].astype(np.int64)
+    dst_lid = subnet.ep_lids[order].astype(np.int64)
     step = batch or max(1, (1 << 22) // n)
     worst, worst_shift, contended = 0, 0, 0
     max_hops = subnet.n_switches
@@ -160,7 +173,12 @@ def shift_report(tables: RoutingTables, max_shifts: int | None = None, batch: in
     return ShiftReport(n, int(shifts.size), worst, worst_shift, contended)
 
 
-def quality(tables: RoutingTables, shifts: bool = True, max_shifts: int | None = None) -> Quality:
+def quality(
+    tables: RoutingTables,
+    shifts: bool = True,
+    max_shifts: int | None = None,
+    ca_order: npt.NDArray[np.int64] | None = None,
+) -> Quality:
     subnet = tables.subnet
     load = all_to_all_load(tables)
     names, order = _tier_names(subnet)
@@ -173,7 +191,7 @@ def quality(tables: RoutingTables, shifts: bool = True, max_shifts: int | None =
     switch_links = TierLoad(
         "switch links", int(sw.size), float(sw.max(initial=0.0)), float(sw.mean()) if sw.size else 0.0
     )
-    report = shift_report(tables, max_shifts) if shifts else None
+    report = shift_report(tables, max_shifts, order=ca_order) if shifts else None
     return Quality(tables.engine, tiers, switch_links, report, load)
 
 

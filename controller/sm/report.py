@@ -105,6 +105,8 @@ def render_report(report: dict[str, Any]) -> str:
         lines.append(f"roots         {', '.join(map(str, info['roots']))} ({info.get('levels')} levels)")
     if info.get("fallback"):
         lines.append(f"fallback      {info['fallback']}")
+    if "fallback" in report:
+        lines.append(f"fallback      {report['fallback']['reason']}")
     if "degraded" in report:
         g = report["degraded"]
         lines.append(
@@ -112,6 +114,18 @@ def render_report(report: dict[str, Any]) -> str:
             f"{len(g['failed_switches'])} switch(es) failed "
             f"(seed {g['seed']}); {len(g['lost_hosts'])} host(s) cut off"
         )
+        if "intact" in g:
+            was, now = g["intact"], g["degraded"]
+            shift = ""
+            if "shift_worst_max_flows" in was and "shift_worst_max_flows" in now:
+                shift = (
+                    f"; worst shift {now['shift_worst_max_flows']} (intact {was['shift_worst_max_flows']})"
+                )
+            lines.append(
+                f"balance       switch links max/mean {now['switch_links_max_over_mean']:.3f} "
+                f"(intact {was['switch_links_max_over_mean']:.3f}), worst tier "
+                f"{now['worst_tier_max_over_mean']:.3f} (intact {was['worst_tier_max_over_mean']:.3f}){shift}"
+            )
     reach = (
         f"all {v['host_pairs']} host pairs reachable"
         if v["unreachable_pairs"] == 0
@@ -124,7 +138,9 @@ def render_report(report: dict[str, Any]) -> str:
     )
     d = v.get("deadlock")
     if d:
-        if d["acyclic"]:
+        if d["acyclic"] and (report.get("engine_info") or {}).get("layers") is not None:
+            text = f"deadlock-free with {d['layers_used']} VL(s), layers assigned by the engine"
+        elif d["acyclic"]:
             layers = f" using {d['layers_used']} VL(s)" if d["vls"] > 1 else ""
             text = f"deadlock-free with {d['vls']} VL(s){layers}"
         else:

@@ -44,6 +44,9 @@ class RoutingTables:
     lft: U8
     alt: U8
     info: Mapping[str, Any] = field(default_factory=dict)
+    #: Virtual lane (layer) per route when the engine assigned them (dfsssp): layers[s, lid] is the lane of
+    #: traffic entering the fabric at switch s towards `lid`.  None: everything on VL 0.
+    layers: U8 | None = None
 
     def _switch(self, switch: str | int) -> int:
         if isinstance(switch, int):

@@ -5,8 +5,9 @@ pushed.  Deadlock freedom is checked on the channel dependency graph (Dally & Se
 switch-to-switch links; a dependency c1 -> c2 exists when a packet that arrives over c1 leaves over c2.  The
 tables are deadlock-free with V virtual lanes if destinations can be split into at most V layers whose
 graphs are each acyclic (the layering is DFSSSP's idea, per destination here because the controller maps a
-destination, not a path, to a traffic class).  What matters is the data traffic, so the graph is built from
-routes to host LIDs as they are used by traffic from hosts.
+destination, not a path, to a traffic class; see `cdg`).  What matters is the data traffic, so the graph is
+built from routes to host LIDs as they are used by traffic from hosts.  Tables that carry their own layers
+(`dfsssp`) are checked layer by layer: each layer's graph must be acyclic.
 """
 
 from __future__ import annotations
@@ -14,15 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
+from controller.sm.cdg import (
+    acyclic_core,
+    block_dependencies,
+    dependencies,
+    destination_layers,
+    find_cycles,
+    layer_cycles,
+    merge,
+)
 from controller.sm.paths import hop_distances
 from controller.sm.subnet import I64, Subnet
 from controller.sm.tables import RoutingTables
-from controller.sm.walk import ARRIVED, DEAD, Follow, column_blocks, follow, follow_hosts
-
-#: Beyond this many (dependency, destination) pairs, VL layering is not attempted.
-_LAYERING_LIMIT = 20_000_000
+from controller.sm.walk import ARRIVED, DEAD, column_blocks, follow
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,7 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
     unreachable = dead = loops = 0
     hop_sum = shortest_sum = 0.0
     max_hops = max_extra = longer = 0
-    dependencies: list[tuple[I64, I64]] = []
+    deps: list[tuple[I64, I64]] = []
     for cols in column_blocks(subnet):
         result = follow(subnet, lft, cols)
         dead += int((result.outcome == DEAD).sum())
@@ -85,8 +91,8 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
         host_cols = subnet.dest_is_host[cols]
         if not host_cols.any():
             continue
-        if deadlock:
-            dependencies.append(_block_dependencies(subnet, result, per_destination=False))
+        if deadlock and tables.layers is None:
+            deps.append(block_dependencies(subnet, result, per_destination=False))
         outcome = result.outcome[:, host_cols]
         weights = hosts[:, None] * np.ones((1, int(host_cols.sum())), dtype=np.int64)
         # a host is not a source toward itself
@@ -107,8 +113,10 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
             longer += int(w[used & (extra > 0)].sum())
     routed_pairs = n_hosts * (n_hosts - 1) - unreachable
     report = None
-    if deadlock:
-        report = _deadlock_report(tables, vls, _merge(dependencies, False, subnet.switch_channels[1]))
+    if deadlock and tables.layers is not None:
+        report = _layered_report(tables)
+    elif deadlock:
+        report = _deadlock_report(tables, vls, merge(deps, False, subnet.switch_channels[1]))
     return Verification(
         engine=tables.engine,
         host_pairs=n_hosts * (n_hosts - 1),
@@ -125,119 +133,39 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
     )
 
 
-def _block_dependencies(subnet: Subnet, result: Follow, per_destination: bool) -> tuple[I64, I64]:
-    """Dependency codes (c_in * n_channels + c_out) of one block's host destinations, with the destination
-    column causing each: unique codes (one owner each), or with `per_destination` every distinct
-    (code, destination) pair.  Only entries that host traffic can reach count: a switch is on the way to a
-    destination if it has hosts or a switch on the way forwards to it."""
-    chan, n_chan = subnet.switch_channels
-    host = subnet.dest_is_host[result.cols]
-    cols = result.cols[host]
-    nxt = result.next_switch[:, host]
-    port = result.port[:, host].astype(np.intp)
-    width = cols.size
-    used = np.repeat(subnet.has_hosts[:, None], width, axis=1)
-    col_index = np.broadcast_to(np.arange(width), nxt.shape)
-    for _ in range(subnet.n_switches):
-        forward = used & (nxt >= 0)
-        grown = used.copy()
-        grown[nxt[forward], col_index[forward]] = True
-        if (grown == used).all():
-            break
-        used = grown
-    src_rows, src_cols = np.nonzero(used & (nxt >= 0))
-    mid = nxt[src_rows, src_cols]
-    onward = nxt[mid, src_cols] >= 0
-    src_rows, src_cols, mid = src_rows[onward], src_cols[onward], mid[onward]
-    c_in = chan[src_rows, port[src_rows, src_cols]]
-    c_out = chan[mid, port[mid, src_cols]]
-    code = c_in.astype(np.int64) * n_chan + c_out
-    owner = cols[src_cols].astype(np.int64)
-    if per_destination:
-        n_dest = int(subnet.dest_lids.size)
-        pair = np.unique(code * n_dest + owner)
-        return pair // n_dest, pair % n_dest
-    unique, first = np.unique(code, return_index=True)
-    return unique, owner[first]
-
-
-def _dependencies(tables: RoutingTables, per_destination: bool = False) -> tuple[I64, I64, int]:
-    """`_block_dependencies` over the whole table."""
-    parts = [
-        _block_dependencies(tables.subnet, result, per_destination)
-        for result in follow_hosts(tables.subnet, tables.lft)
-    ]
-    return _merge(parts, per_destination, tables.subnet.switch_channels[1])
-
-
-def _merge(parts: list[tuple[I64, I64]], per_destination: bool, n_chan: int) -> tuple[I64, I64, int]:
-    if not parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), n_chan
-    codes = np.concatenate([p[0] for p in parts])
-    owners = np.concatenate([p[1] for p in parts])
-    if per_destination:
-        return codes, owners, n_chan
-    unique, first = np.unique(codes, return_index=True)
-    return unique, owners[first], n_chan
-
-
-def _acyclic_core(codes: I64, n_chan: int) -> npt.NDArray[np.bool_]:
-    """Nodes left after repeatedly removing nodes without incoming or without outgoing edges (Kahn, both
-    ways, a whole wave at a time).  Empty iff the graph is acyclic."""
-    src = codes // n_chan
-    dst = codes % n_chan
-    alive = np.ones(n_chan, dtype=bool)
-    edge_alive = np.ones(codes.size, dtype=bool)
-    while True:
-        indeg = np.bincount(dst[edge_alive], minlength=n_chan)
-        outdeg = np.bincount(src[edge_alive], minlength=n_chan)
-        drop = alive & ((indeg == 0) | (outdeg == 0))
-        if not drop.any():
-            return alive
-        alive &= ~drop
-        edge_alive &= alive[src] & alive[dst]
-
-
-def _find_cycles(codes: I64, n_chan: int, alive: npt.NDArray[np.bool_], limit: int = 3) -> list[list[int]]:
-    src = codes // n_chan
-    dst = codes % n_chan
-    keep = alive[src] & alive[dst]
-    succ: dict[int, list[int]] = {}
-    for a, b in zip(src[keep].tolist(), dst[keep].tolist(), strict=True):
-        succ.setdefault(a, []).append(b)
-    cycles: list[list[int]] = []
-    seen_nodes: set[int] = set()
-    for start in np.flatnonzero(alive).tolist():
-        if start in seen_nodes or len(cycles) >= limit:
-            continue
-        path: list[int] = []
-        index: dict[int, int] = {}
-        node = start
-        while node not in index:
-            index[node] = len(path)
-            path.append(node)
-            node = succ[node][0]
-        cycle = path[index[node] :]
-        seen_nodes.update(cycle)
-        cycles.append(cycle)
-    return cycles
-
-
 def deadlock_check(tables: RoutingTables, vls: int = 1) -> DeadlockReport:
-    return _deadlock_report(tables, vls, _dependencies(tables))
+    if tables.layers is not None:
+        return _layered_report(tables)
+    return _deadlock_report(tables, vls, dependencies(tables))
+
+
+def _layered_report(tables: RoutingTables) -> DeadlockReport:
+    """The engine's own layers, each checked for cycles."""
+    assert tables.layers is not None
+    count, total, cycles = layer_cycles(tables, tables.layers)
+    names = channel_names(tables.subnet)
+    return DeadlockReport(
+        count,
+        tables.subnet.switch_channels[1],
+        total,
+        not cycles,
+        count,
+        [[names[c] for c in cycle] for cycle in cycles],
+        "virtual lanes (layers) assigned by the engine, each checked",
+    )
 
 
 def _deadlock_report(tables: RoutingTables, vls: int, dependencies: tuple[I64, I64, int]) -> DeadlockReport:
     subnet = tables.subnet
     codes, _, n_chan = dependencies
-    alive = _acyclic_core(codes, n_chan)
+    alive = acyclic_core(codes, n_chan)
     if not alive.any():
         return DeadlockReport(vls, n_chan, int(codes.size), True, 1)
     names = channel_names(subnet)
-    cycles = [[names[c] for c in cycle] for cycle in _find_cycles(codes, n_chan, alive)]
+    cycles = [[names[c] for c in cycle] for cycle in find_cycles(codes, n_chan, alive)]
     if vls <= 1:
         return DeadlockReport(vls, n_chan, int(codes.size), False, 1, cycles)
-    layers, note = _layer(tables, vls)
+    layers, note = destination_layers(tables, vls)
     return DeadlockReport(
         vls,
         n_chan,
@@ -247,33 +175,6 @@ def _deadlock_report(tables: RoutingTables, vls: int, dependencies: tuple[I64, I
         cycles if layers is None else [],
         note,
     )
-
-
-def _layer(tables: RoutingTables, vls: int) -> tuple[int | None, str | None]:
-    """Split destinations into acyclic layers: move the destinations behind one edge of a cycle to the
-    next layer until every layer is acyclic (DFSSSP's cycle breaking, per destination)."""
-    subnet = tables.subnet
-    n_dest = int(subnet.dest_is_host.sum())
-    if n_dest * subnet.n_switches > _LAYERING_LIMIT:
-        return None, "fabric too large for VL layering; only the one-VL check was done"
-    codes, owners, n_chan = _dependencies(tables, per_destination=True)
-    layer = np.zeros(subnet.dest_lids.size, dtype=np.int64)
-    for current in range(vls):
-        while True:
-            mine = layer[owners] == current
-            unique = np.unique(codes[mine])
-            alive = _acyclic_core(unique, n_chan)
-            if not alive.any():
-                break
-            if current == vls - 1:
-                return None, f"still cyclic with {vls} VLs"
-            cycle = _find_cycles(unique, n_chan, alive, limit=1)[0]
-            edge = cycle[0] * n_chan + cycle[1 % len(cycle)]
-            movers = np.unique(owners[mine & (codes == edge)])
-            layer[movers] = current + 1
-        if not (layer > current).any():
-            return current + 1, None
-    return vls, None
 
 
 __all__ = ["DeadlockReport", "Verification", "channel_names", "deadlock_check", "verify"]

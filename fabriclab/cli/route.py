@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from controller.sm.engines import default_registry
+from controller.sm.engines import default_registry, select_engine
+from controller.sm.hostorder import format_ca_order
 from controller.sm.opensm import format_lfts, format_subnet_lst
 from controller.sm.quality import quality
 from controller.sm.report import build_report, render_report
 from controller.sm.subnet import Subnet
+from controller.sm.tables import RoutingTables
 from controller.sm.verify import verify
-from fabriclab.cli.common import CliError, load_fabric, write_text
+from fabriclab.cli.common import CliError, load_fabric
 from topologies.faults import degrade
+from topologies.model import Fabric
 
 EXIT_VERIFY_FAILED = 1
 
@@ -35,13 +40,18 @@ def register(commands: Any) -> None:
         "--engine", default="ftree", help=f"routing engine: {', '.join(registry.names())} (default ftree)"
     )
     route.add_argument(
+        "--fallback",
+        help="engine to use (and say so) when --engine cannot route this fabric, e.g. ftree on a non-tree",
+    )
+    route.add_argument(
         "--report",
         action="store_true",
         help="add quality figures: all-to-all link load and worst shift permutation",
     )
     route.add_argument("--json", action="store_true", help="print the report as JSON")
     route.add_argument(
-        "--dump-dir", help="write opensm-lfts.dump and opensm-subnet.lst (and report.json) here"
+        "--dump-dir",
+        help="write opensm-lfts.dump, opensm-subnet.lst, opensm-ftree-ca-order.dump and report.json here",
     )
     route.add_argument(
         "--vls", type=int, default=1, help="virtual lanes available for deadlock freedom (default 1)"
@@ -52,7 +62,11 @@ def register(commands: Any) -> None:
         default=None,
         help="evaluate at most this many shifts, evenly spread (default: all)",
     )
-    route.add_argument("--fail-links", type=int, default=0, help="fail this many random switch links first")
+    route.add_argument(
+        "--fail-links",
+        default="0",
+        help="fail this many random switch links first, or a share of them (e.g. 5%%)",
+    )
     route.add_argument(
         "--fail-switches", type=int, default=0, help="fail this many random switches without hosts first"
     )
@@ -69,9 +83,63 @@ def list_engines(args: argparse.Namespace) -> int:
     return 0
 
 
+def _link_failures(text: str, fabric: Fabric) -> int:
+    """--fail-links: a count, or a percentage of the switch-to-switch links."""
+    try:
+        if text.endswith("%"):
+            share = float(text[:-1])
+            if not 0 <= share <= 100:
+                raise ValueError
+            switch_links = sum(
+                1
+                for link in fabric.links
+                if fabric.nodes[link.a.node].is_switch and fabric.nodes[link.b.node].is_switch
+            )
+            return round(switch_links * share / 100)
+        count = int(text)
+        if count < 0:
+            raise ValueError
+        return count
+    except ValueError:
+        raise CliError(f"--fail-links must be a count or a percentage (0..100%), got {text!r}") from None
+
+
+def _balance(tables: RoutingTables, max_shifts: int | None) -> dict[str, Any]:
+    figures = quality(tables, max_shifts=max_shifts)
+    summary: dict[str, Any] = {
+        "engine": tables.engine,
+        "switch_links_max_over_mean": round(figures.switch_links.max_over_mean, 4),
+        "worst_tier_max_over_mean": round(max((t.max_over_mean for t in figures.all_to_all), default=0.0), 4),
+    }
+    if figures.shift is not None:
+        summary["shift_worst_max_flows"] = figures.shift.worst_max_flows
+    return summary
+
+
+def _write_dumps(dump_dir: Path, files: dict[str, str]) -> None:
+    """All files or none: written into a scratch directory beside them, then moved into place (a new
+    directory is renamed whole), so a failure part-way leaves nothing half-written."""
+    parent = dump_dir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{dump_dir.name}.", dir=parent))
+    try:
+        for name, text in files.items():
+            (scratch / name).write_text(text, encoding="utf-8")
+        if not dump_dir.exists():
+            scratch.rename(dump_dir)
+            return
+        for name in files:
+            (scratch / name).replace(dump_dir / name)
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
 def cmd_route(args: argparse.Namespace) -> int:
     registry = default_registry()
-    engine = registry.create(args.engine)
+    registry.create(args.engine)
+    if args.fallback is not None:
+        registry.create(args.fallback)
     if args.vls < 1 or args.vls > 15:
         raise CliError(f"--vls must be 1..15, got {args.vls}")
     if args.max_shifts is not None and args.max_shifts < 1:
@@ -80,9 +148,11 @@ def cmd_route(args: argparse.Namespace) -> int:
     if args.sm_node is not None and args.sm_node not in fabric.nodes:
         raise CliError(f"--sm-node: no node {args.sm_node!r} in {args.file}")
     extra: dict[str, Any] = {}
-    if args.fail_links or args.fail_switches:
+    intact = fabric
+    fail_links = _link_failures(args.fail_links, fabric)
+    if fail_links or args.fail_switches:
         try:
-            result = degrade(fabric, args.fail_links, args.fail_switches, args.seed)
+            result = degrade(fabric, fail_links, args.fail_switches, args.seed)
         except ValueError as exc:
             raise CliError(str(exc)) from None
         fabric = result.fabric
@@ -102,23 +172,44 @@ def cmd_route(args: argparse.Namespace) -> int:
             raise CliError(f"--dump-dir: cannot create {dump_dir}: {exc.strerror or exc}") from None
 
     subnet = Subnet.build(fabric)
+    engine, fallback = select_engine(registry, args.engine, subnet, args.fallback)
+    if fallback is not None:
+        print(f"fabriclab: {fallback}", file=sys.stderr)
+        extra["fallback"] = {"requested": args.engine, "used": engine.name, "reason": fallback}
     started = time.perf_counter()
     tables = engine.route(subnet)
     route_s = time.perf_counter() - started
     verification = verify(tables, vls=args.vls)
     figures = quality(tables, max_shifts=args.max_shifts) if args.report else None
+    if args.report and "degraded" in extra:
+        intact_subnet = Subnet.build(intact)
+        intact_engine, _ = select_engine(registry, engine.name, intact_subnet, args.fallback)
+        extra["degraded"]["intact"] = _balance(intact_engine.route(intact_subnet), args.max_shifts)
+        extra["degraded"]["degraded"] = _balance(tables, args.max_shifts)
     report = build_report(tables, verification, figures, route_s, extra)
 
     if dump_dir is not None:
-        write_text(format_lfts(tables), dump_dir / "opensm-lfts.dump", "--dump-dir")
-        write_text(format_subnet_lst(subnet, args.sm_node), dump_dir / "opensm-subnet.lst", "--dump-dir")
-        write_text(json.dumps(report, indent=2) + "\n", dump_dir / "report.json", "--dump-dir")
+        try:
+            _write_dumps(
+                dump_dir,
+                {
+                    "opensm-lfts.dump": format_lfts(tables),
+                    "opensm-subnet.lst": format_subnet_lst(subnet, args.sm_node),
+                    "opensm-ftree-ca-order.dump": format_ca_order(subnet),
+                    "report.json": json.dumps(report, indent=2) + "\n",
+                },
+            )
+        except OSError as exc:
+            raise CliError(f"--dump-dir: cannot write {dump_dir}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(report, indent=2))
     elif args.report or not dump_dir:
         print(render_report(report))
     if dump_dir is not None and not args.json:
-        print(f"wrote {dump_dir}/opensm-lfts.dump, opensm-subnet.lst, report.json", file=sys.stderr)
+        print(
+            f"wrote {dump_dir}/opensm-lfts.dump, opensm-subnet.lst, opensm-ftree-ca-order.dump, report.json",
+            file=sys.stderr,
+        )
     if not verification.ok:
         print("fabriclab: verification FAILED (see report)", file=sys.stderr)
         return EXIT_VERIFY_FAILED

@@ -26,6 +26,8 @@ def register(commands: Any) -> None:
     kinds = gen.add_subparsers(dest="kind", required=True, metavar="KIND")
     ft = kinds.add_parser("fat-tree", help="3-tier k-ary fat-tree (k^3/4 hosts)")
     ft.add_argument("--k", type=int, required=True, help="switch radix (even)")
+    osm = kinds.add_parser("opensm-fat-tree", help="k-ary 3-tree laid out like OpenSM's test generator")
+    osm.add_argument("--k", type=int, required=True, help="switch radix (even)")
     ls = kinds.add_parser("leaf-spine", help="2-tier leaf-spine with oversubscription and parallel links")
     ls.add_argument("--leaves", type=int, required=True)
     ls.add_argument("--spines", type=int, required=True)
@@ -40,7 +42,20 @@ def register(commands: Any) -> None:
     rail.add_argument("--groups", type=int, default=1, help="groups / scalable units (default 1)")
     rail.add_argument("--spines", type=int, default=None, help="spine switches (default: 1:1 with servers)")
     rail.add_argument("--parallel", type=int, default=None, help="links between each leaf and spine")
-    for p in (ft, ls, rail):
+    torus = kinds.add_parser("torus", help="2-D torus (hosts on every switch)")
+    torus.add_argument("--x", type=int, required=True)
+    torus.add_argument("--y", type=int, required=True)
+    fly = kinds.add_parser("dragonfly", help="dragonfly: all-to-all groups joined by global links")
+    fly.add_argument("--groups", type=int, required=True)
+    fly.add_argument("--routers", type=int, required=True, help="routers per group")
+    fly.add_argument("--globals-per-router", type=int, required=True)
+    rr = kinds.add_parser("random-regular", help="random regular graph of switches (seeded)")
+    rr.add_argument("--switches", type=int, required=True)
+    rr.add_argument("--degree", type=int, required=True, help="switch-to-switch links per switch")
+    rr.add_argument("--seed", type=int, default=0)
+    for p in (torus, fly, rr):
+        p.add_argument("--hosts-per-switch", type=int, default=1)
+    for p in (ft, osm, ls, rail, torus, fly, rr):
         p.add_argument("--bw-gbps", type=float, default=400.0, help="link bandwidth in Gb/s (default 400)")
         p.add_argument("--name", help="fabric name (default derived from the parameters)")
         p.add_argument("-o", "--output", help="output file (default: stdout)")
@@ -72,8 +87,16 @@ def register(commands: Any) -> None:
 
 
 def _generator_params(args: argparse.Namespace) -> dict[str, Any]:
-    if args.kind == "fat-tree":
+    if args.kind in ("fat-tree", "opensm-fat-tree"):
         return {"k": args.k, "bw_gbps": args.bw_gbps}
+    if args.kind in ("torus", "dragonfly", "random-regular"):
+        names = {
+            "torus": ("x", "y"),
+            "dragonfly": ("groups", "routers", "globals_per_router"),
+            "random-regular": ("switches", "degree", "seed"),
+        }[args.kind]
+        params = {name: getattr(args, name) for name in names}
+        return {**params, "hosts_per_switch": args.hosts_per_switch, "bw_gbps": args.bw_gbps}
     if args.kind == "leaf-spine":
         return {
             "leaves": args.leaves,

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from controller.sm.engines.base import EngineRegistry, RoutingEngine, UnknownEngine
+from controller.sm.engines.base import (
+    EngineNotApplicable,
+    EngineRegistry,
+    RoutingEngine,
+    UnknownEngine,
+    select_engine,
+)
 from controller.sm.engines.ftree import FatTreeEngine
 from controller.sm.engines.minhop import MinHopEngine
-from controller.sm.engines.sssp import SsspEngine
+from controller.sm.engines.sssp import DfssspEngine, SsspEngine
 from controller.sm.engines.updn import UpDownEngine
 
 
 def default_registry() -> EngineRegistry:
     """The engines fabriclab ships, registered explicitly in the order they are listed to users."""
     registry = EngineRegistry()
-    for engine in (MinHopEngine, UpDownEngine, FatTreeEngine, SsspEngine):
+    for engine in (MinHopEngine, UpDownEngine, FatTreeEngine, SsspEngine, DfssspEngine):
         registry.register(engine)
     return registry
 
 
 __all__ = [
+    "DfssspEngine",
+    "EngineNotApplicable",
     "EngineRegistry",
     "FatTreeEngine",
     "MinHopEngine",
@@ -26,4 +34,5 @@ __all__ = [
     "UnknownEngine",
     "UpDownEngine",
     "default_registry",
+    "select_engine",
 ]

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
+from topologies.errors import InputError
 
 
 class RoutingEngine(ABC):
@@ -24,6 +25,28 @@ class RoutingEngine(ABC):
 
     @abstractmethod
     def route(self, subnet: Subnet) -> RoutingTables: ...
+
+    def problem(self, subnet: Subnet) -> str | None:
+        """Why this engine should not route `subnet` (None: it can).  `route` still returns valid tables
+        where it can (ftree on a ring falls back to a single root), but callers that honour the engine's
+        contract check first: see `select_engine`."""
+        return None
+
+
+class EngineNotApplicable(InputError):
+    """The engine cannot route this fabric (ftree on a non-tree): bad input naming the `engine` field, one
+    line with the reason and what to use instead — what the CLI prints before exiting 2, and what a caller
+    with a fallback engine logs before using it (as OpenSM does when its configured engine fails)."""
+
+    def __init__(self, engine: str, reason: str, suggestion: str | None = None) -> None:
+        hint = f"; {suggestion}" if suggestion else ""
+        super().__init__(f"{engine} cannot route this fabric: {reason}{hint}", field="engine")
+        self.engine = engine
+        self.reason = reason
+        self.suggestion = suggestion
+
+    def located(self, file: str | None = None, line: int | None = None) -> EngineNotApplicable:
+        return self
 
 
 class UnknownEngine(KeyError):
@@ -59,3 +82,28 @@ class EngineRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._engines
+
+
+def select_engine(
+    registry: EngineRegistry, name: str, subnet: Subnet, fallback: str | None = None
+) -> tuple[RoutingEngine, str | None]:
+    """The engine to route `subnet` with, and the fallback note if it is not `name`.
+
+    `name` when it can route the fabric; otherwise `fallback` (logged by the caller with the note), or
+    `EngineNotApplicable` when there is none.  Unknown names raise `UnknownEngine` before anything runs.
+    """
+    engine = registry.create(name)
+    backup = registry.create(fallback) if fallback is not None else None
+    problem = engine.problem(subnet)
+    if problem is None:
+        return engine, None
+    if backup is None:
+        raise EngineNotApplicable(name, problem, _suggestion(registry, name))
+    return backup, f"{name} cannot route this fabric ({problem}); falling back to {backup.name}"
+
+
+def _suggestion(registry: EngineRegistry, name: str) -> str:
+    general = [n for n in ("sssp", "dfsssp") if n in registry and n != name]
+    if not general:
+        return "choose another engine"
+    return f"use --engine {' or '.join(general)} (any topology), or --fallback {general[0]}"

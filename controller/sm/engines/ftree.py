@@ -7,7 +7,14 @@ exactly one top switch.  For a shift permutation (host i -> host i+s) that means
 
 What makes it work on real fabrics, not just generated ones:
 
-* Levels come from the cabling (see `orientation`): leaves are switches with hosts, roots the top tier.
+* Levels come from the cabling (see `orientation`): leaves are switches with hosts, roots the top tier.  A
+  fabric that is not a tree (two leaves cabled together, a host on a spine, unequal tiers, a cross-link
+  inside a tier; see `treecheck`) is reported by `problem()`, and callers refuse it or fall back
+  (`select_engine`); `route()` itself still gives deadlock-free tables there through a single root.
+* Destinations are numbered in CA order (`hostorder`): leaves in tree order — a pod's leaves contiguous —
+  and hosts by leaf port, OpenSM's `opensm-ftree-ca-order.dump` convention.  Numbering by LID (GUID order)
+  instead only works where GUIDs happen to follow the tree: on OpenSM's own k=16 fabric it loaded the
+  core-to-aggregation links 4x.
 * Ports are not chosen by number.  A switch's candidate ports are the up*/down* next hops that still reach
   the destination, ordered by the position of the switch at the far end; positions are assigned top-down
   (roots by GUID, each lower switch after its first parent), so "the j-th uplink" means the same plane of
@@ -29,39 +36,42 @@ import numpy as np
 import numpy.typing as npt
 
 from controller.sm.engines.base import RoutingEngine
+from controller.sm.engines.common import port_order
+from controller.sm.hostorder import HostOrder, host_order, switch_positions
 from controller.sm.orientation import Orientation, orient
 from controller.sm.paths import UpDownCandidates, blocks
 from controller.sm.subnet import I64, INF, NO_PORT, Bool, Subnet
 from controller.sm.tables import RoutingTables, new_lft, set_local_routes
+from controller.sm.treecheck import tree_problem
 
 _DIV_CAP = 1 << 30
+#: Strength of a switch that can reach the destination going down (never pruned).
+_STRONG = 1 << 14
 
 
-def switch_positions(subnet: Subnet, o: Orientation) -> I64:
-    """Top-down order of switches: roots by GUID, then each rank by (first parent's position, GUID)."""
-    n = subnet.n_switches
-    pos = np.full(n, n, dtype=np.int64)
-    far = np.where(subnet.nbr >= 0, subnet.nbr, n)
-    next_pos = 0
-    for r in range(int(o.rank.max(initial=0)) + 1):
-        members = np.flatnonzero(o.rank == r)
-        if r == 0:
-            parent = np.zeros(members.size, dtype=np.int64)
-        else:
-            padded = np.append(pos, n)
-            parent = np.where(o.ud.up[members], padded[far[members]], n).min(axis=1)
-        order = members[np.lexsort((subnet.switch_guids[members], parent))]
-        pos[order] = np.arange(next_pos, next_pos + order.size)
-        next_pos += order.size
-    return pos
+def _weak_targets(strength: npt.NDArray[np.int16], rank: npt.NDArray[np.int32]) -> npt.NDArray[np.intp]:
+    """Destination switches toward which some switch has less than half the climbing candidates of the
+    strongest switch of its rank (none in an intact tree: then nothing needs pruning)."""
+    weak = np.zeros(strength.shape[1], dtype=bool)
+    for r in np.unique(rank[rank >= 0]).tolist():
+        block = strength[rank == r].astype(np.int32)
+        weak |= (block.min(axis=0) * 2) < np.where(block >= _STRONG, 0, block).max(axis=0)
+    return np.flatnonzero(weak).astype(np.intp)
 
 
-def port_order(subnet: Subnet, pos: I64) -> npt.NDArray[np.intp]:
-    """Per switch, its ports sorted by (position of the switch behind, port number); non-switch ports last."""
-    n, width = subnet.n_switches, subnet.n_ports
-    far_pos = np.where(subnet.nbr >= 0, np.append(pos, n)[np.where(subnet.nbr >= 0, subnet.nbr, n)], n + 1)
-    ports = np.broadcast_to(np.arange(width), (n, width))
-    return np.lexsort((ports, far_pos), axis=1).astype(np.intp)
+def _without_weak_uplinks(
+    mask: Bool, nbr: npt.NDArray[np.int32], strength: npt.NDArray[np.int16], n: int
+) -> Bool:
+    """Candidates minus up-links into switches that kept less than half the up-links their peers have
+    toward the destination (an aggregation switch that lost most of its core links): the digit rule would
+    send such a switch its full share of traffic through what is left.  Only where stronger candidates
+    remain; a single failed link (3 of 4 left) prunes nothing, so routes stay put."""
+    far = np.where(nbr >= 0, nbr, n)  # (B, P); row n of strength is _STRONG
+    next_strength = strength[far].transpose(0, 2, 1)  # (B, T, P)
+    best = np.where(mask, next_strength, 0).max(axis=2, keepdims=True)
+    weak = mask & (next_strength.astype(np.int32) * 2 < best)
+    pruned: Bool = mask & ~weak
+    return pruned
 
 
 def digit_divisors(subnet: Subnet, o: Orientation) -> I64:
@@ -80,18 +90,19 @@ def digit_divisors(subnet: Subnet, o: Orientation) -> I64:
     return div
 
 
-def destination_numbers(subnet: Subnet) -> I64:
-    """Number destinations leaf by leaf: leaves ordered by their lowest host LID, hosts by LID; switch LIDs
-    after all hosts.  With hosts numbered like the shift pattern (by LID), consecutive hosts share a leaf."""
+def destination_numbers(subnet: Subnet, order: HostOrder | None = None) -> I64:
+    """Destination numbers: hosts by their padded CA number (see `hostorder`: leaf by leaf, leaves in tree
+    order, hosts by leaf port), so shift permutations in the same order are congestion-free; switch LIDs
+    after all hosts, in LID order."""
+    order = order or host_order(subnet)
     n_dest = subnet.dest_lids.size
-    is_host = subnet.dest_is_host
-    switch = subnet.dest_switch.astype(np.int64)
-    first_lid = np.full(subnet.n_switches, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_lid, switch[is_host], subnet.dest_lids[is_host].astype(np.int64))
-    group = np.where(is_host, 0, 1)
-    order = np.lexsort((subnet.dest_lids, first_lid[switch], group))
     number = np.empty(n_dest, dtype=np.int64)
-    number[order] = np.arange(n_dest)
+    slot_of_lid = np.full(subnet.max_lid + 1, -1, dtype=np.int64)
+    slot_of_lid[subnet.ep_lids] = order.slot
+    is_host = subnet.dest_is_host
+    number[is_host] = slot_of_lid[subnet.dest_lids[is_host]]
+    base = order.per_leaf * order.leaves.size
+    number[~is_host] = base + np.arange(int((~is_host).sum()))
     return number
 
 
@@ -136,9 +147,13 @@ class FatTreeEngine(RoutingEngine):
     summary = "fat-tree (D-mod-k) routing; shift-congestion-free on full fat-trees and rail fabrics"
     deadlock_free = "trees (any topology when it falls back to a single root)"
 
+    def problem(self, subnet: Subnet) -> str | None:
+        problem = tree_problem(subnet)
+        return None if problem is None else f"not a fat-tree: {problem}"
+
     def route(self, subnet: Subnet) -> RoutingTables:
         o = orient(subnet, "exclude")
-        pos = switch_positions(subnet, o)
+        pos = switch_positions(subnet, o.rank, o.ud.up)
         order = port_order(subnet, pos)
         div = digit_divisors(subnet, o)
         number = destination_numbers(subnet)
@@ -156,9 +171,19 @@ class FatTreeEngine(RoutingEngine):
         n_up = o.ud.up.sum(axis=1).astype(np.int64)
         leaf_target = subnet.has_hosts[None, :]
         candidates = UpDownCandidates(subnet, o.ud, o.hops)
+        # Pass 1: every switch's candidate ports (kept whole as the alternatives) and how many it has toward
+        # each destination switch while climbing (its "strength"; a switch that can go down is never weak).
+        strength = np.full((n + 1, n), _STRONG, dtype=np.int16)
         for rows in blocks(n, width):
-            mask = candidates(rows)  # (B, T, P), real port numbers
+            mask = candidates(rows)
             alt[rows] = np.packbits(mask, axis=2)
+            climbing = o.ud.down_dist[rows] == INF
+            strength[rows] = np.where(climbing, mask.sum(axis=2), _STRONG)
+        weak = _weak_targets(strength[:n], o.rank)
+        for rows in blocks(n, width):
+            mask = np.unpackbits(alt[rows], axis=2, count=width).astype(bool)
+            if weak.size:
+                mask[:, weak] = _without_weak_uplinks(mask[:, weak], subnet.nbr[rows], strength[:, weak], n)
             rank = o.rank[rows].astype(np.intp)
             divisors = np.stack([div[rank], div[rank + 1]], axis=1)  # per row: [ascending, descending]
             descending = o.ud.down_dist[rows] != INF
@@ -224,4 +249,4 @@ class FatTreeEngine(RoutingEngine):
         return np.where(degraded, repaired, chosen)
 
 
-__all__ = ["FatTreeEngine", "destination_numbers", "digit_divisors", "port_order", "switch_positions"]
+__all__ = ["FatTreeEngine", "destination_numbers", "digit_divisors"]

@@ -24,8 +24,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from controller.sm.cdg import lanes
 from controller.sm.engines.base import RoutingEngine
-from controller.sm.engines.common import TargetMasks, alternatives
+from controller.sm.engines.common import TargetMasks, alternatives, port_order
+from controller.sm.hostorder import host_order
 from controller.sm.paths import ShortestCandidates, hop_distances, multi_source_distances
 from controller.sm.subnet import NO_PORT, U8, Subnet
 from controller.sm.tables import RoutingTables, new_lft, set_local_routes
@@ -72,6 +74,23 @@ def _worst_tier_imbalance(load: npt.NDArray[np.float64], tier: npt.NDArray[np.in
     return worst
 
 
+def _orders(subnet: Subnet) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """(destination indices in routing order, per switch its ports in preference order).
+
+    Destinations: hosts in CA order (leaf by leaf, see `hostorder`), then switch LIDs by switch position.
+    Greedy balancing is only as good as its order: hosts of one leaf in a row spread over the leaf's
+    up-links before the next leaf starts; in LID order — GUID order, which on OpenSM's own fabrics
+    interleaves the pods — the same greedy left some links at twice the mean.  Ports: by the position of
+    the switch behind them (then number), so ties do not depend on how the ports happen to be numbered.
+    """
+    ca = host_order(subnet)
+    rank = np.full(subnet.max_lid + 1, 0, dtype=np.int64)
+    rank[subnet.ep_lids[ca.order]] = np.arange(ca.order.size)
+    rank[subnet.switch_lids] = ca.order.size + ca.position
+    order = np.argsort(rank[subnet.dest_lids], kind="stable").astype(np.intp)
+    return order, port_order(subnet, ca.position)
+
+
 class SsspEngine(RoutingEngine):
     name = "sssp"
     summary = "globally balanced shortest paths (all-to-all aware); any topology"
@@ -88,7 +107,10 @@ class SsspEngine(RoutingEngine):
         # Channel ids for switch-to-switch ports; the extra id n_channels is a dump for "no channel".
         channel, n_channels = subnet.switch_channels
         is_link = subnet.nbr >= 0
-        capacity = np.where(is_link, subnet.bw_gbps, 1.0)
+        # Cost of a flow on a link: 1 on the fastest links, more on slower ones.  Relative, so that on a
+        # fabric of equal links the costs are whole numbers and ties are exact whatever the link speed.
+        fastest = float(subnet.bw_gbps[is_link].max(initial=1.0))
+        weight = np.where(is_link, fastest / np.where(is_link, subnet.bw_gbps, 1.0), 1.0)
         load = np.zeros(n_channels + 1, dtype=np.float64)
         next_switch = np.where(is_link, subnet.nbr, 0).astype(np.intp)
         masks = TargetMasks(subnet, alt)
@@ -96,8 +118,14 @@ class SsspEngine(RoutingEngine):
         host_sources = subnet.hosts_per_switch.astype(np.float64)
         switch_sources = np.ones(n, dtype=np.float64)
         inf = np.float64(np.inf)
-        # Hosts first (their balance is what matters), then switch LIDs, each in LID order.
-        order = np.lexsort((subnet.dest_lids, ~subnet.dest_is_host))
+        order, preference = _orders(subnet)
+        # Per-port arrays with each switch's columns in preference order: argmin then breaks ties by the
+        # position of the switch behind a port, not by its number.
+        pref_channel = np.take_along_axis(channel, preference, axis=1)
+        pref_weight = np.take_along_axis(weight, preference, axis=1)
+        pref_next = np.take_along_axis(next_switch, preference, axis=1)
+        pref_target = -1
+        pref_mask = np.zeros((n, subnet.n_ports), dtype=bool)
         path_cost = np.zeros(n + 1, dtype=np.float64)
         tier = _tiers(subnet, channel, n_channels)
 
@@ -117,14 +145,16 @@ class SsspEngine(RoutingEngine):
                 load[used] += sign * flows[group]
                 if host:
                     host_load[used] += sign * flows[group]
-                np.add.at(flows, next_switch[group, choice], flows[group])
+                flows += np.bincount(next_switch[group, choice], weights=flows[group], minlength=flows.size)
 
         previous = np.inf
         for round_number in range(1 + self.max_refinements):
             for i in order.tolist():
                 lid = int(subnet.dest_lids[i])
                 target = int(subnet.dest_switch[i])
-                mask = masks(target)
+                if target != pref_target:
+                    pref_mask = np.take_along_axis(masks(target), preference, axis=1)
+                    pref_target = target
                 groups = levels(target)
                 host = bool(subnet.dest_is_host[i])
                 sources = host_sources if host else switch_sources
@@ -133,10 +163,10 @@ class SsspEngine(RoutingEngine):
                 # Nearest first: the cheapest shortest path from each switch, as a sum of link loads.
                 path_cost[target] = 0.0
                 for group in reversed(groups):
-                    cost = load[channel[group]] / capacity[group] + path_cost[next_switch[group]]
-                    choice = np.where(mask[group], cost, inf).argmin(axis=1)
+                    cost = load[pref_channel[group]] * pref_weight[group] + path_cost[pref_next[group]]
+                    choice = np.where(pref_mask[group], cost, inf).argmin(axis=1)
                     path_cost[group] = cost[np.arange(group.size), choice]
-                    lft[group, lid] = choice
+                    lft[group, lid] = preference[group, choice]
                 push(groups, lid, sources.copy(), 1.0, host)
             imbalance = _worst_tier_imbalance(host_load[:n_channels], tier)
             if imbalance <= self.balanced or imbalance >= previous - 1e-9:
@@ -150,4 +180,25 @@ class SsspEngine(RoutingEngine):
         return RoutingTables(self.name, subnet, lft, alt, {})
 
 
-__all__ = ["SsspEngine"]
+class DfssspEngine(SsspEngine):
+    """sssp's routes, plus virtual-lane layers where they would deadlock (OpenSM's dfsssp).
+
+    The routes are sssp's (balanced shortest paths); if the channel dependency graph of host traffic has a
+    cycle, routes — (ingress leaf, destination) pairs, i.e. DFSSSP's paths — are spread over layers by its
+    cycle breaking (`cdg.assign_layers`) and the tables carry the layer of every route.  Fat-trees need one
+    layer; tori, dragonflies and random graphs a few.
+    """
+
+    name = "dfsssp"
+    summary = "sssp + virtual-lane layers where its routes would deadlock (DFSSSP); any topology"
+    deadlock_free = "any topology (up to 8 VLs)"
+    #: Virtual lanes available for layers (InfiniBand switches commonly offer 8 data VLs).
+    max_layers = 8
+
+    def route(self, subnet: Subnet) -> RoutingTables:
+        tables = super().route(subnet)
+        layers, info = lanes(tables, self.max_layers)
+        return RoutingTables(self.name, subnet, tables.lft, tables.alt, info, layers)
+
+
+__all__ = ["DfssspEngine", "SsspEngine"]

@@ -1,0 +1,299 @@
+"""The channel dependency graph (CDG) of a routing, its cycles, and virtual-lane layers that break them.
+
+Channels are directed switch-to-switch links; a dependency c1 -> c2 exists when a packet that arrives over c1
+leaves over c2.  Tables are deadlock-free on one virtual lane iff the graph of the routes that host traffic
+uses is acyclic (Dally & Seitz).  Where it is not, DFSSSP (Domke et al.) spreads routes over several lanes
+(layers) whose graphs are each acyclic; fabriclab assigns a layer per destination, because the controller
+maps a destination, not a (source, destination) path, to a traffic class.
+
+Graphs are arrays of edge codes `c_in * n_channels + c_out`; acyclicity is tested by peeling (Kahn's
+algorithm both ways, a whole wave of nodes at a time), cycles are found by walking first successors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from controller.sm.subnet import I64, U8, Subnet
+from controller.sm.tables import RoutingTables
+from controller.sm.walk import Follow, follow_hosts
+
+#: Beyond this many (switch, destination) pairs, layering is not attempted.
+LAYERING_LIMIT = 20_000_000
+
+
+def block_dependencies(subnet: Subnet, result: Follow, per_destination: bool) -> tuple[I64, I64]:
+    """Dependency codes (c_in * n_channels + c_out) of one block's host destinations, with the destination
+    column causing each: unique codes (one owner each), or with `per_destination` every distinct
+    (code, destination) pair.  Only entries that host traffic can reach count: a switch is on the way to a
+    destination if it has hosts or a switch on the way forwards to it."""
+    chan, n_chan = subnet.switch_channels
+    host = subnet.dest_is_host[result.cols]
+    cols = result.cols[host]
+    nxt = result.next_switch[:, host]
+    port = result.port[:, host].astype(np.intp)
+    width = cols.size
+    used = np.repeat(subnet.has_hosts[:, None], width, axis=1)
+    col_index = np.broadcast_to(np.arange(width), nxt.shape)
+    for _ in range(subnet.n_switches):
+        forward = used & (nxt >= 0)
+        grown = used.copy()
+        grown[nxt[forward], col_index[forward]] = True
+        if (grown == used).all():
+            break
+        used = grown
+    src_rows, src_cols = np.nonzero(used & (nxt >= 0))
+    mid = nxt[src_rows, src_cols]
+    onward = nxt[mid, src_cols] >= 0
+    src_rows, src_cols, mid = src_rows[onward], src_cols[onward], mid[onward]
+    c_in = chan[src_rows, port[src_rows, src_cols]]
+    c_out = chan[mid, port[mid, src_cols]]
+    code = c_in.astype(np.int64) * n_chan + c_out
+    owner = cols[src_cols].astype(np.int64)
+    if per_destination:
+        n_dest = int(subnet.dest_lids.size)
+        pair = np.unique(code * n_dest + owner)
+        return pair // n_dest, pair % n_dest
+    unique, first = np.unique(code, return_index=True)
+    return unique, owner[first]
+
+
+def dependencies(tables: RoutingTables, per_destination: bool = False) -> tuple[I64, I64, int]:
+    """`block_dependencies` over the whole table."""
+    parts = [
+        block_dependencies(tables.subnet, result, per_destination)
+        for result in follow_hosts(tables.subnet, tables.lft)
+    ]
+    return merge(parts, per_destination, tables.subnet.switch_channels[1])
+
+
+def merge(parts: list[tuple[I64, I64]], per_destination: bool, n_chan: int) -> tuple[I64, I64, int]:
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), n_chan
+    codes = np.concatenate([p[0] for p in parts])
+    owners = np.concatenate([p[1] for p in parts])
+    if per_destination:
+        return codes, owners, n_chan
+    unique, first = np.unique(codes, return_index=True)
+    return unique, owners[first], n_chan
+
+
+def acyclic_core(codes: I64, n_chan: int) -> npt.NDArray[np.bool_]:
+    """Nodes left after repeatedly removing nodes without incoming or without outgoing edges (Kahn, both
+    ways, a whole wave at a time).  Empty iff the graph is acyclic."""
+    src = codes // n_chan
+    dst = codes % n_chan
+    alive = np.ones(n_chan, dtype=bool)
+    edge_alive = np.ones(codes.size, dtype=bool)
+    while True:
+        indeg = np.bincount(dst[edge_alive], minlength=n_chan)
+        outdeg = np.bincount(src[edge_alive], minlength=n_chan)
+        drop = alive & ((indeg == 0) | (outdeg == 0))
+        if not drop.any():
+            return alive
+        alive &= ~drop
+        edge_alive &= alive[src] & alive[dst]
+
+
+def find_cycles(codes: I64, n_chan: int, alive: npt.NDArray[np.bool_], limit: int = 3) -> list[list[int]]:
+    """Up to `limit` disjoint cycles among the `alive` core (every node there has an alive successor)."""
+    src = codes // n_chan
+    dst = codes % n_chan
+    keep = alive[src] & alive[dst]
+    successor = np.full(n_chan, -1, dtype=np.int64)
+    successor[src[keep][::-1]] = dst[keep][::-1]  # the first listed successor of each node
+    cycles: list[list[int]] = []
+    seen_nodes: set[int] = set()
+    for start in np.flatnonzero(alive).tolist():
+        if start in seen_nodes or len(cycles) >= limit:
+            continue
+        path: list[int] = []
+        index: dict[int, int] = {}
+        node = start
+        while node not in index:
+            index[node] = len(path)
+            path.append(node)
+            node = int(successor[node])
+        cycle = path[index[node] :]
+        seen_nodes.update(cycle)
+        cycles.append(cycle)
+    return cycles
+
+
+def path_dependencies(tables: RoutingTables) -> tuple[I64, I64, int]:
+    """Dependency codes of every route that host traffic takes, with the route causing each: the owner is
+    `source leaf index * n_dest + destination column` (leaves = switches with hosts, in switch order).
+
+    Routes are walked hop by hop for all (leaf, destination) pairs of a block of destinations at once.  A
+    route from a leaf to a destination is the same for every host on that leaf, so these are exactly
+    DFSSSP's per-path dependencies."""
+    subnet = tables.subnet
+    chan, n_chan = subnet.switch_channels
+    leaves = np.flatnonzero(subnet.has_hosts)
+    n_dest = int(subnet.dest_lids.size)
+    width = subnet.n_ports
+    codes: list[I64] = []
+    owners: list[I64] = []
+    host_cols = np.flatnonzero(subnet.dest_is_host)
+    step = max(1, (1 << 22) // max(1, leaves.size))
+    for start in range(0, host_cols.size, step):
+        cols = host_cols[start : start + step]
+        lids = subnet.dest_lids[cols].astype(np.intp)
+        cur: npt.NDArray[np.intp] = np.repeat(leaves, cols.size).astype(np.intp)
+        owner: I64 = (np.arange(leaves.size)[:, None] * n_dest + cols[None, :]).astype(np.int64).ravel()
+        prev: npt.NDArray[np.intp] = np.full(cur.size, n_chan, dtype=np.intp)
+        lid = np.tile(lids, leaves.size)
+        for _ in range(subnet.n_switches):
+            port = tables.lft[cur, lid].astype(np.intp)
+            ok = port < width
+            here = np.where(ok, chan[cur, np.where(ok, port, 0)], n_chan)
+            moving = here < n_chan
+            both = moving & (prev < n_chan)
+            codes.append(prev[both].astype(np.int64) * n_chan + here[both])
+            owners.append(owner[both])
+            keep = np.flatnonzero(moving)
+            if keep.size == 0:
+                break
+            cur = subnet.nbr[cur[keep], port[keep]].astype(np.intp)
+            prev, owner, lid = here[keep], owner[keep], lid[keep]
+    if not codes:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), n_chan
+    return np.concatenate(codes), np.concatenate(owners), n_chan
+
+
+@dataclass(frozen=True)
+class Layering:
+    """Virtual lane per route: `layers[s, lid]` is the lane of traffic that enters the fabric at leaf s
+    towards `lid` (the ingress switch stamps it; rows of switches without hosts are 0)."""
+
+    layers: U8 | None
+    #: Layers used (1 = one VL is enough).
+    count: int
+    #: Every layer's dependency graph is acyclic.
+    acyclic: bool
+    note: str | None = None
+
+
+def assign_layers(tables: RoutingTables, max_layers: int) -> Layering:
+    """DFSSSP's cycle breaking: while layer L has a cycle, take the edge of that cycle used by the fewest
+    routes and move those routes to layer L+1; then go on with L+1.  `acyclic=False` if more than
+    `max_layers` would be needed."""
+    subnet = tables.subnet
+    leaves = int(subnet.has_hosts.sum())
+    if leaves * int(subnet.dest_is_host.sum()) * 4 > LAYERING_LIMIT:
+        return Layering(None, 1, False, "fabric too large for VL layering; only the one-VL check was done")
+    codes, owners, n_chan = path_dependencies(tables)
+    n_paths = leaves * int(subnet.dest_lids.size)
+    layer = np.zeros(n_paths, dtype=np.int64)
+    for current in range(max_layers):
+        while True:
+            mine = layer[owners] == current
+            layer_codes, layer_owners = codes[mine], owners[mine]
+            unique = np.unique(layer_codes)
+            alive = acyclic_core(unique, n_chan)
+            if not alive.any():
+                break
+            if current == max_layers - 1:
+                return Layering(
+                    _per_route(subnet, layer), max_layers, False, f"still cyclic with {max_layers} VL(s)"
+                )
+            cycle = find_cycles(unique, n_chan, alive, limit=1)[0]
+            edges = np.unique([cycle[i] * n_chan + cycle[(i + 1) % len(cycle)] for i in range(len(cycle))])
+            on_cycle = np.isin(layer_codes, edges)
+            weight = np.bincount(np.searchsorted(edges, layer_codes[on_cycle]), minlength=edges.size)
+            weakest = int(edges[int(np.argmin(weight))])
+            layer[np.unique(layer_owners[layer_codes == weakest])] = current + 1
+        if not (layer > current).any():
+            return Layering(_per_route(subnet, layer), current + 1, True)
+    return Layering(_per_route(subnet, layer), max_layers, True)
+
+
+def lanes(tables: RoutingTables, max_layers: int) -> tuple[U8, dict[str, object]]:
+    """Per-route lanes for `tables` (see `Layering`) and what to report: all zero when one lane is enough
+    (the plain graph is acyclic, as on every tree), DFSSSP layers otherwise."""
+    subnet = tables.subnet
+    zero = np.zeros((subnet.n_switches, subnet.max_lid + 1), dtype=np.uint8)
+    codes, _, n_chan = dependencies(tables)
+    if not acyclic_core(codes, n_chan).any():
+        return zero, {"layers": 1}
+    layering = assign_layers(tables, max_layers)
+    info: dict[str, object] = {"layers": layering.count}
+    if not layering.acyclic:
+        info["note"] = layering.note
+    return (layering.layers if layering.layers is not None else zero), info
+
+
+def _per_route(subnet: Subnet, layer: I64) -> U8:
+    leaves = np.flatnonzero(subnet.has_hosts)
+    result = np.zeros((subnet.n_switches, subnet.max_lid + 1), dtype=np.uint8)
+    per_leaf = layer.reshape(leaves.size, subnet.dest_lids.size)
+    result[np.ix_(leaves, subnet.dest_lids)] = per_leaf.astype(np.uint8)
+    return result
+
+
+def layer_cycles(tables: RoutingTables, layers: U8) -> tuple[int, int, list[list[int]]]:
+    """Check per-route layers: (number of layers, dependencies, cycles of the first cyclic layer — empty
+    when every layer is acyclic)."""
+    subnet = tables.subnet
+    leaves = np.flatnonzero(subnet.has_hosts)
+    per_path = layers[np.ix_(leaves, subnet.dest_lids)].astype(np.int64).ravel()
+    host_paths = np.tile(subnet.dest_is_host, leaves.size)
+    count = int(per_path[host_paths].max(initial=0)) + 1
+    if count == 1:  # one layer: the plain graph, without the per-route bookkeeping
+        codes, _, n_chan = dependencies(tables)
+        alive = acyclic_core(codes, n_chan)
+        return 1, int(codes.size), find_cycles(codes, n_chan, alive) if alive.any() else []
+    codes, owners, n_chan = path_dependencies(tables)
+    total = 0
+    for current in range(count):
+        unique = np.unique(codes[per_path[owners] == current])
+        total += int(unique.size)
+        alive = acyclic_core(unique, n_chan)
+        if alive.any():
+            return count, total, find_cycles(unique, n_chan, alive)
+    return count, total, []
+
+
+def destination_layers(tables: RoutingTables, vls: int) -> tuple[int | None, str | None]:
+    """Layers when a destination, not a route, picks the lane (what `verify(vls=N)` checks for tables
+    without their own layers): moves the destinations behind the weakest edge of a cycle to the next layer.
+    Returns (layers needed, note)."""
+    subnet = tables.subnet
+    if int(subnet.dest_is_host.sum()) * subnet.n_switches > LAYERING_LIMIT:
+        return None, "fabric too large for VL layering; only the one-VL check was done"
+    codes, owners, n_chan = dependencies(tables, per_destination=True)
+    layer = np.zeros(subnet.dest_lids.size, dtype=np.int64)
+    for current in range(vls):
+        while True:
+            mine = layer[owners] == current
+            unique = np.unique(codes[mine])
+            alive = acyclic_core(unique, n_chan)
+            if not alive.any():
+                break
+            if current == vls - 1:
+                return None, f"still cyclic with {vls} VLs"
+            cycle = find_cycles(unique, n_chan, alive, limit=1)[0]
+            edge = cycle[0] * n_chan + cycle[1 % len(cycle)]
+            layer[np.unique(owners[mine & (codes == edge)])] = current + 1
+        if not (layer > current).any():
+            return current + 1, None
+    return vls, None
+
+
+__all__ = [
+    "LAYERING_LIMIT",
+    "Layering",
+    "acyclic_core",
+    "assign_layers",
+    "block_dependencies",
+    "dependencies",
+    "destination_layers",
+    "find_cycles",
+    "lanes",
+    "layer_cycles",
+    "merge",
+    "path_dependencies",
+]

@@ -1,0 +1,145 @@
+"""Incremental recomputation after failures: only the destinations that used the failed part move.
+
+When links or switches fail, most destinations' routes never touched them: every entry toward such a
+destination still points at a live link, so its whole routing tree is intact and stays loop-free.  Only the
+destinations whose entries (on any switch) lead over a failed link or into a failed switch need new routes.
+`reroute` keeps every other column of the forwarding tables as it was, takes the affected columns from a
+full routing of the degraded fabric, and says which destinations changed — so the controller sends flow-mods
+for those destinations only and can count them in its event.
+
+Pure: previous tables and the live fabric in, new tables out.  The full routing is returned too; callers
+verify the spliced tables (as they verify every table) and use the full one if the splice fails (e.g.
+mixing two up*/down* orientations closed a dependency cycle), counting every destination as changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from controller.sm.cdg import lanes
+from controller.sm.engines.base import RoutingEngine
+from controller.sm.lids import LidMap, assign_lids
+from controller.sm.subnet import NO_PORT, U8, Subnet
+from controller.sm.tables import RoutingTables, new_lft
+from topologies.model import Fabric, Link
+
+
+class NotIncremental(ValueError):
+    """The new fabric is not the previous one minus failures (something was added or changed)."""
+
+
+@dataclass(frozen=True)
+class IncrementalRouting:
+    #: The previous tables with the affected destinations rerouted.
+    tables: RoutingTables
+    #: A full routing of the live fabric (what `tables` takes the affected columns from).
+    full: RoutingTables
+    #: Destination LIDs whose previous routes used a failed link or switch (their columns were recomputed).
+    affected_lids: frozenset[int]
+    #: Destination LIDs whose entries differ from before on some surviving switch (a subset of affected).
+    changed_lids: frozenset[int]
+    #: LIDs that are gone (failed switches, hosts cut off).
+    removed_lids: frozenset[int]
+    failed_links: tuple[str, ...]
+    failed_switches: tuple[str, ...]
+
+
+def _key(link: Link) -> tuple[tuple[str, int], tuple[str, int]]:
+    a, b = (link.a.node, link.a.port), (link.b.node, link.b.port)
+    return (a, b) if a <= b else (b, a)
+
+
+def failures(previous: Fabric, live: Fabric) -> tuple[list[Link], list[str]]:
+    """(failed links, failed nodes) if `live` is `previous` minus links and nodes, else NotIncremental."""
+    for name, node in live.nodes.items():
+        old = previous.nodes.get(name)
+        if old is None or old.guid != node.guid or old.kind != node.kind:
+            raise NotIncremental(f"node {name} is new or changed")
+    old_links = {_key(link): link for link in previous.links}
+    live_keys = set()
+    for link in live.links:
+        key = _key(link)
+        if key not in old_links:
+            raise NotIncremental(f"link {link} is new")
+        live_keys.add(key)
+    failed = [link for key, link in old_links.items() if key not in live_keys]
+    gone = [name for name in previous.nodes if name not in live.nodes]
+    return failed, gone
+
+
+def reroute(
+    previous: RoutingTables, live: Fabric, engine: RoutingEngine, lids: LidMap | None = None
+) -> IncrementalRouting:
+    """New tables for `live` (= the previous fabric minus failed links/switches) that change only the
+    destinations whose routes used a failed part.  `lids`: the LIDs to use (default: the previous subnet's
+    kept, as the subnet manager does)."""
+    old = previous.subnet
+    failed_links, gone = failures(old.fabric, live)
+    subnet = Subnet.build(live, lids or assign_lids(live, previous=old.lids))
+    full = engine.route(subnet)
+    nodes = old.fabric.nodes
+    # A destination is affected when a surviving switch forwards it into a failed link (a failed switch's
+    # links are all failed, so routes into it count too).
+    affected = np.zeros(old.max_lid + 1, dtype=bool)
+    for link in failed_links:
+        for end in (link.a, link.b):
+            if nodes[end.node].is_switch and end.node in live.nodes:
+                affected |= previous.lft[old.switch_index[end.node]] == end.port
+    removed = {int(lid) for lid in old.dest_lids if int(lid) not in subnet.lids.endpoints}
+    removed |= {
+        int(lid)
+        for lid in old.dest_lids
+        if old.lids.endpoints[int(lid)] != subnet.lids.endpoints.get(int(lid))
+    }
+    affected[sorted(removed)] = False
+
+    # The previous tables in the new subnet's shape: rows by switch name, columns by LID (LIDs are stable).
+    rows = np.array([old.switch_index[name] for name in subnet.switch_names], dtype=np.intp)
+    lft = new_lft(subnet)
+    common = np.array([lid for lid in subnet.dest_lids.tolist() if lid <= old.max_lid], dtype=np.intp)
+    same = np.array(
+        [old.lids.endpoints.get(int(lid)) == subnet.lids.endpoints[int(lid)] for lid in common], dtype=bool
+    )
+    kept = common[same & ~affected[common]]
+    lft[:, kept] = previous.lft[np.ix_(rows, kept)]
+    redo = np.setdiff1d(subnet.dest_lids, kept)
+    lft[:, redo] = full.lft[:, redo]
+    both = common[same]
+    moved = (lft[:, both] != previous.lft[np.ix_(rows, both)]).any(axis=0)
+    changed = {int(lid) for lid in both[moved]}
+    info = dict(full.info)
+    info["incremental"] = {"affected": int(affected.sum()), "changed": len(changed), "removed": len(removed)}
+    tables = replace(full, lft=lft, alt=_with_kept_ports(subnet, full.alt, lft, kept), info=info, layers=None)
+    if full.layers is not None:
+        layers, lane_info = lanes(tables, int(getattr(engine, "max_layers", 8)))
+        tables = replace(tables, layers=layers, info={**info, **lane_info})
+    return IncrementalRouting(
+        tables=tables,
+        full=full,
+        affected_lids=frozenset(int(lid) for lid in np.flatnonzero(affected)),
+        changed_lids=frozenset(changed),
+        removed_lids=frozenset(removed),
+        failed_links=tuple(str(link) for link in failed_links),
+        failed_switches=tuple(name for name in gone if nodes[name].is_switch),
+    )
+
+
+def _with_kept_ports(subnet: Subnet, alt: U8, lft: U8, kept: npt.NDArray[np.intp]) -> U8:
+    """The full routing's alternatives, plus the ports kept entries still use (so the chosen port is
+    always among the alternatives that multipath and fast-failover groups are built from)."""
+    alt = alt.copy()
+    if kept.size == 0:
+        return alt
+    target = subnet.dest_switch[np.searchsorted(subnet.dest_lids, kept)].astype(np.intp)
+    rows, cols = np.nonzero((lft[:, kept] != NO_PORT) & (lft[:, kept] > 0))
+    ports = lft[rows, kept[cols]].astype(np.intp)
+    away = rows != target[cols]
+    rows, cols, ports = rows[away], cols[away], ports[away]
+    np.bitwise_or.at(alt, (rows, target[cols], ports // 8), (1 << (7 - ports % 8)).astype(np.uint8))
+    return alt
+
+
+__all__ = ["IncrementalRouting", "NotIncremental", "failures", "reroute"]
