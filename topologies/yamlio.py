@@ -250,6 +250,8 @@ def load_document(text: str, file: str) -> Document:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         problem = exc.problem or exc.context or "invalid YAML"
+        if "maximum nesting depth" in problem:  # libyaml >= 0.2.5 stops at 1,000 levels while scanning ahead
+            raise InputError(f"nested more than {MAX_DEPTH} levels deep", file=file, line=line) from None
         raise InputError(f"invalid YAML: {problem}", file=file, line=line) from None
     except yaml.YAMLError as exc:
         raise InputError(f"invalid YAML: {exc}", file=file) from None
