@@ -73,6 +73,15 @@ def start_receivers(run: RoceRun, net: MininetFabric, seconds: float) -> None:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
 
 
+def rates(run: RoceRun) -> dict[str, float]:
+    """Packets per second each source host sends (its agent interleaves all its streams at one rate)."""
+    rate: dict[str, float] = {}
+    for c in run.collectives:
+        for src, _ in c.pairs:
+            rate[src] = max(rate.get(src, 0.0), c.item.rate_pps)
+    return rate
+
+
 def start_senders(run: RoceRun, net: MininetFabric, work: Path) -> None:
     by_src: dict[str, list[dict[str, Any]]] = {}
     rate: dict[str, float] = {}
@@ -136,4 +145,4 @@ def finish(run: RoceRun) -> list[dict[str, Any]]:
     return results
 
 
-__all__ = ["RoceRun", "finish", "prepare", "start_receivers", "start_senders"]
+__all__ = ["RoceRun", "finish", "prepare", "rates", "start_receivers", "start_senders"]
