@@ -153,6 +153,15 @@ def _delta(before: Mapping[str, int], after: Mapping[str, int], keys: Iterable[s
     return sum(max(0, after.get(k, 0) - before.get(k, 0)) for k in keys)
 
 
+def capacity_ratio(offered_pps: Mapping[str, float], capacity: Mapping[str, Any]) -> float:
+    """How many times the calibrated clean capacity a load asks for (> 1: more than this machine carries).
+    The calibration has every host send at once; fewer senders can each go faster, up to the total."""
+    total_cap = max(float(capacity["total_pps"]), 1e-9)
+    senders = max(1.0, float(offered_pps.get("senders", capacity.get("senders", 1))))
+    per_host_cap = max(float(capacity["per_host_pps"]), total_cap / senders, 1e-9)
+    return max(offered_pps.get("total", 0.0) / total_cap, offered_pps.get("per_host", 0.0) / per_host_cap)
+
+
 def assess(
     before: Counters,
     after: Counters,
@@ -213,14 +222,8 @@ def assess(
     if capacity is not None:
         result["capacity_pps"] = {"per_host": capacity["per_host_pps"], "total": capacity["total_pps"]}
         if offered_pps is not None:
-            result["offered_vs_capacity"] = round(
-                max(
-                    offered_pps.get("per_host", 0.0) / max(capacity["per_host_pps"], 1e-9),
-                    offered_pps.get("total", 0.0) / max(capacity["total_pps"], 1e-9),
-                ),
-                3,
-            )
+            result["offered_vs_capacity"] = round(capacity_ratio(offered_pps, capacity), 3)
     return result
 
 
-__all__ = ["CLEAN_LOSS", "DELAY_BOUND_MS", "Counters", "HostNs", "assess", "snapshot"]
+__all__ = ["CLEAN_LOSS", "DELAY_BOUND_MS", "Counters", "HostNs", "assess", "capacity_ratio", "snapshot"]

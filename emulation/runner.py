@@ -24,7 +24,7 @@ from typing import Any
 from controller.sm.manager import SubnetManager
 from emulation import rocerun
 from emulation.controlproc import ControllerProcess
-from emulation.headroom import assess, snapshot
+from emulation.headroom import assess, capacity_ratio, snapshot
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
 from emulation.report import write_outputs
@@ -59,7 +59,11 @@ def offered_load(scenario: Scenario, flows: list[FlowPlan]) -> dict[str, float]:
         per_host[flow.src] = per_host.get(flow.src, 0.0) + flow.rate_pps
     for host, rate in rocerun.rates(rocerun.prepare(scenario)).items():
         per_host[host] = per_host.get(host, 0.0) + rate
-    return {"per_host": max(per_host.values(), default=0.0), "total": sum(per_host.values())}
+    return {
+        "per_host": max(per_host.values(), default=0.0),
+        "total": sum(per_host.values()),
+        "senders": float(len(per_host)),
+    }
 
 
 def capacity_warnings(scenario: Scenario, capacity: dict[str, Any] | None) -> list[str]:
@@ -72,7 +76,7 @@ def capacity_warnings(scenario: Scenario, capacity: dict[str, Any] | None) -> li
             f"({offered['total']:g} in total); the run still measures its own headroom"
         ]
     per_host, total = float(capacity["per_host_pps"]), float(capacity["total_pps"])
-    if offered["per_host"] <= per_host and offered["total"] <= total:
+    if capacity_ratio(offered, capacity) <= 1.0:
         return []
     return [
         f"the scenario asks for {offered['per_host']:g} pkt/s per host ({offered['total']:g} in total), "
