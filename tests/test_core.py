@@ -308,3 +308,20 @@ def test_ticks_audit_every_switch_and_repair_silent_damage_without_noise() -> No
     assert repair.switch == "agg2" and repair.flow_mods == 1
     d.assert_holds_desired()
     assert d.state.in_sync
+
+
+def test_an_audit_read_leaves_port_changes_to_their_port_status_messages() -> None:
+    """A port-status message can wait in the queue behind an audit's read of the same switch: the read
+    must not take the change from it (it would then report nothing, and no reroute would be recorded)."""
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    index = switch_links(d)[0]
+    ends = d.fake.set_link(index, up=False)  # the switches know; the messages are still on their way
+    for i in range(AUDIT_ROUNDS):  # every switch read back meanwhile
+        d.feed(Tick(), now=200.0 + i)
+    assert d.records("port_down") == [] and not d.state.ports_down
+    d.feed(PortsChanged(tuple(PortChange(d.sb.dpids[e.node], e.port, False, 210.0) for e in ends)), now=210.0)
+    (down,) = d.records("port_down")
+    assert down.flow_mods and len(d.state.ports_down) == 2
+    d.fake.assert_delivers(d.fake.all_pairs())

@@ -310,13 +310,16 @@ class FabricCore:
         ports_down = dict(step.state.ports_down)
         changed = False
         discovery = step.state.discovery
-        for port in self.context.declared_ports(name):
+        repairing = step.state.repairing.get(name)
+        # A connection's first read sets its ports; after that, port-status messages do (they arrive on the
+        # same connection, and one may wait in the queue behind this read: taking the port from the read
+        # would leave that message nothing to report).
+        for port in self.context.declared_ports(name) if repairing is None else ():
             live = event.ports.get(port, False)
             changed |= self._set_port(ports_down, PortRef(name, port), live, step.now)
             if not live:
                 discovery = discovery.forget_port(name, port)
         program = SwitchProgram.of(name, event.dpid, event.flows, event.groups)
-        repairing = step.state.repairing.get(name)
         step.update(
             ports_down=ports_down,
             installed={**step.state.installed, name: program},
