@@ -21,7 +21,7 @@ from emulation.headroom import CLEAN_LOSS
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric, Scale, host_shells, listening, mininet_available
 from emulation.ovs import OvsDaemon
-from emulation.runner import run_name_prefix, run_scenario
+from emulation.runner import offered_load, run_name_prefix, run_scenario
 from emulation.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import (
@@ -174,8 +174,6 @@ def _sized(path: Path, capacity: dict[str, Any], factor: float) -> Path:
     """The scenario with its rates scaled to at most LOAD_SHARE of the calibrated total capacity (times
     `factor`, which `until_clean` lowers when a run reports the emulator overloaded anyway)."""
     scenario = load_scenario(path)
-    from emulation.runner import offered_load
-
     offered = offered_load(scenario, scenario.flows(0))["total"]
     share = min(1.0, LOAD_SHARE * capacity["total_pps"] / offered) * factor
     sized = path.with_name(f"sized-{factor:g}-{path.name}")

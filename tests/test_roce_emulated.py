@@ -40,11 +40,11 @@ def test_every_packet_arrives_in_psn_order_with_valid_icrc(
     sm = SubnetManager(fabric)
     addresses = sm.addresses.as_strings()
     ctl = ControllerProcess(TOPOLOGY, tmp_path / "state", tmp_path / "controller.log")
-    net = MininetFabric(fabric, addresses, controller="tcp:127.0.0.1:1", name_prefix=fabric_prefix)
+    net = MininetFabric(fabric, addresses, controller=ctl.openflow, name_prefix=fabric_prefix)
     full_rate = min(5000.0, LOAD_SHARE * k4_capacity["total_pps"])  # one flow: the fabric's whole share
     src, dst = addresses[("h1", 1)], addresses[("h16", 1)]
-    args = [sys.executable, "-m", "traffic.agent", "send", "", "--src-mac", src[0], "--dst-mac", dst[0],
-            "--src-ip", src[1], "--dst-ip", dst[1], "--size", "1024"]  # fmt: skip
+    argv = [sys.executable, "-m", "traffic.agent", "send", net.intf_name("h1", 1), "--src-mac", src[0],
+            "--dst-mac", dst[0], "--src-ip", src[1], "--dst-ip", dst[1], "--size", "1024"]  # fmt: skip
 
     def run(factor: float) -> dict[str, Any]:
         rate, qp = full_rate * factor, 7 + int(1 / factor)
@@ -73,11 +73,8 @@ def test_every_packet_arrives_in_psn_order_with_valid_icrc(
 
     ctl.start()
     try:
-        net.controller = ctl.openflow
         net.start()
         ctl.ready(len(fabric.switches))
-        argv = [*args]
-        argv[4] = net.intf_name("h1", 1)
         # Warm-up on another QP: the first packets of a new flow take OVS's slow path (upcalls) in every
         # bridge, and the userspace datapath may drop some of them; the measured stream starts after.
         net.popen(
