@@ -9,10 +9,13 @@ says it holds) — with no stale flow, group or meter.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import random
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -120,6 +123,19 @@ class Rig:
         return [HostNs(h.name, f"/run/netns/{self.net.namespace_of(h.name)}") for h in self.fabric.hosts]
 
 
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def _set_up(interface: str, up: bool) -> None:
+    """`ip link set IF up|down` without a process per call (an ioctl), so that a busy machine still
+    flaps at the drill's pace."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", interface.encode(), 0)
+        flags = struct.unpack_from("16sH", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        flags = flags | _IFF_UP if up else flags & ~_IFF_UP
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", interface.encode(), flags))
+
+
 def _ofctl(command: str, bridge: str) -> str:
     done = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", command, bridge], capture_output=True, text=True,
                           check=True)  # fmt: skip
@@ -177,14 +193,14 @@ def test_controller_sigkilled_under_traffic_and_restarted_on_its_state_dir(
 ) -> None:
     rate = min(2000.0, LOAD_SHARE * k4_capacity["total_pps"])
     dst_ip = rig.net.address_of("h16")
-    receiver = rig.net.popen("h16", [*PROBE, "recv", "6100", "9"], stdout=subprocess.PIPE, text=True)
+    receiver = rig.net.popen("h16", [*PROBE, "recv", "6100", "14"], stdout=subprocess.PIPE, text=True)
     assert receiver.stdout is not None and receiver.stdout.readline().strip() == "ready"
     ports = [
         rig.net.veth_of(r.node, r.port) for r in rig.fabric.port_map if rig.fabric.nodes[r.node].is_switch
     ]
     before = snapshot(ports, rig.hosts())
-    sender = rig.net.popen("h1", [*PROBE, "send", dst_ip, "6100", f"{rate:.0f}", "6"], stdout=subprocess.PIPE,
-                           text=True)  # fmt: skip
+    send = [*PROBE, "send", dst_ip, "6100", f"{rate:.0f}", "10"]
+    sender = rig.net.popen("h1", send, stdout=subprocess.PIPE, text=True)
     start = time.monotonic()
     time.sleep(1.0)
     assert rig.controller.proc is not None
@@ -202,7 +218,7 @@ def test_controller_sigkilled_under_traffic_and_restarted_on_its_state_dir(
     headroom = assess(
         before, after, int(sent["sent"]), latency_p99_ms=(got.get("latency_ms") or {}).get("p99")
     )
-    assert restarted_in < 6, restarted_in  # the restart happened while traffic ran
+    assert restarted_in < 10, restarted_in  # the restart happened while traffic ran
     lost = int(sent["sent"]) - int(got["received"])
     if not headroom["emulator_overloaded"]:  # else the emulator's own drops would blur the figure
         assert lost <= rate * FAILOVER_WINDOW_S + CLEAN_LOSS * int(sent["sent"]), (lost, got["gaps"][:5])
@@ -224,9 +240,9 @@ def test_a_hundred_link_flaps_in_ten_seconds(rig: Rig) -> None:
         for i in range(count):
             link = rng.choice(links)
             end = rng.choice((link.a, link.b))
-            rig.net.set_link(end.node, end.port, up=False)
+            _set_up(rig.net.veth_of(end.node, end.port), up=False)
             time.sleep(max(0.0, began + (i + 0.5) * period_s - time.monotonic()))
-            rig.net.set_link(end.node, end.port, up=True)
+            _set_up(rig.net.veth_of(end.node, end.port), up=True)
             time.sleep(max(0.0, began + (i + 1) * period_s - time.monotonic()))
         return time.monotonic() - began
 
