@@ -92,7 +92,10 @@ def bring_up(name: str, fabric: Fabric, work: Path, idle_s: float) -> dict[str, 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     phases: dict[str, float] = {}
-    net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=Scale.parse("400G=400M"))
+    prefix = f"b{os.getpid() % 10000}"  # names of its own: other fabrics may share this OVS
+    net = MininetFabric(
+        fabric, addresses, controller=ctl.openflow, scale=Scale.parse("400G=400M"), name_prefix=prefix
+    )
     start = time.perf_counter()
     try:
         net.start()

@@ -54,7 +54,11 @@ class ControllerProcess(ControllerClient):
             self.proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
             )
-        wait_for(lambda: self.get("health"), 30, "controller REST")
+        try:
+            wait_for(lambda: self.get("health"), 30, "controller REST")
+        except BaseException:  # not ready, or interrupted while waiting: no controller left behind
+            self.stop()
+            raise
 
     def stop(self) -> int:
         """SIGTERM (as systemd or docker would) and the exit code."""
