@@ -36,6 +36,8 @@ class RoceRun:
     collectives: list[_Collective]
     receivers: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     senders: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    #: Frames each receiver's socket dropped (buffer full): the emulator's, counted before the socket closed.
+    socket_drops: dict[str, int] = field(default_factory=dict)
 
 
 def prepare(scenario: Scenario) -> RoceRun:
@@ -107,7 +109,9 @@ def finish(run: RoceRun) -> list[dict[str, Any]]:
         proc.communicate(timeout=120)
     received: dict[str, dict[str, Any]] = {}
     for host, proc in run.receivers.items():
-        received[host] = json.loads(proc.communicate(timeout=120)[0])["qps"]
+        report = json.loads(proc.communicate(timeout=120)[0])
+        received[host] = report["qps"]
+        run.socket_drops[host] = int(report.get("socket_drops", 0))
     results = []
     for c in run.collectives:
         expected = got = lost = out_of_order = bad = 0

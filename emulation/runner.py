@@ -165,6 +165,8 @@ def _run_once(
         before = snapshot(net.switch_interfaces(), net.headroom_hosts())
         measured = _traffic_and_faults(scenario, net, ctl, flows, progress, work)
         after = snapshot(net.switch_interfaces(), net.headroom_hosts())
+        for host, drops in measured["receiver_socket_drops"].items():  # their sockets are closed by now
+            after.host_socket_drops[host] = after.host_socket_drops.get(host, 0) + drops
         faulted = _faulted_interfaces(scenario, net)
         events = [e for e in ctl.get(f"events?since={since}&limit=1000") if e["kind"] != "switch_connect"]
     finally:
@@ -262,6 +264,7 @@ def _traffic_and_faults(
         "faults": fault_log,
         "utilisation": _utilisation(scenario, samples),
         "collectives": rocerun.finish(roce),
+        "receiver_socket_drops": roce.socket_drops,
     }
 
 
