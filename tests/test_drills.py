@@ -34,7 +34,6 @@ from tests.conftest import ROOT
 from tests.emulation_support import (
     LOAD_SHARE,
     ControllerProcess,
-    k4_capacity_fixture,  # noqa: F401
     ovs_daemon_fixture,  # noqa: F401
     wait_for,
 )

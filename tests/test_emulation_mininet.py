@@ -26,8 +26,6 @@ from emulation.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import (
     LOAD_SHARE,
-    fabric_prefix_fixture,  # noqa: F401
-    k4_capacity_fixture,  # noqa: F401
     prefix_leftovers,
     require_emulation,
     scale_rates,

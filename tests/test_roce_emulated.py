@@ -20,8 +20,6 @@ from emulation.ovs import OvsDaemon
 from tests.conftest import ROOT
 from tests.emulation_support import (
     LOAD_SHARE,
-    fabric_prefix_fixture,  # noqa: F401
-    k4_capacity_fixture,  # noqa: F401
     require_emulation,
     until_clean,
 )
