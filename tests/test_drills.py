@@ -192,13 +192,13 @@ def test_controller_sigkilled_under_traffic_and_restarted_on_its_state_dir(
 ) -> None:
     rate = min(2000.0, LOAD_SHARE * k4_capacity["total_pps"])
     dst_ip = rig.net.address_of("h16")
-    receiver = rig.net.popen("h16", [*PROBE, "recv", "6100", "14"], stdout=subprocess.PIPE, text=True)
+    receiver = rig.net.popen("h16", [*PROBE, "recv", "6100", "24"], stdout=subprocess.PIPE, text=True)
     assert receiver.stdout is not None and receiver.stdout.readline().strip() == "ready"
     ports = [
         rig.net.veth_of(r.node, r.port) for r in rig.fabric.port_map if rig.fabric.nodes[r.node].is_switch
     ]
     before = snapshot(ports, rig.hosts())
-    send = [*PROBE, "send", dst_ip, "6100", f"{rate:.0f}", "10"]
+    send = [*PROBE, "send", dst_ip, "6100", f"{rate:.0f}", "20"]  # long enough for a slow restart
     sender = rig.net.popen("h1", send, stdout=subprocess.PIPE, text=True)
     start = time.monotonic()
     time.sleep(1.0)
@@ -217,7 +217,7 @@ def test_controller_sigkilled_under_traffic_and_restarted_on_its_state_dir(
     headroom = assess(
         before, after, int(sent["sent"]), latency_p99_ms=(got.get("latency_ms") or {}).get("p99")
     )
-    assert restarted_in < 10, restarted_in  # the restart happened while traffic ran
+    assert restarted_in < 20, restarted_in  # the restart happened while traffic ran
     lost = int(sent["sent"]) - int(got["received"])
     if not headroom["emulator_overloaded"]:  # else the emulator's own drops would blur the figure
         assert lost <= rate * FAILOVER_WINDOW_S + CLEAN_LOSS * int(sent["sent"]), (lost, got["gaps"][:5])
