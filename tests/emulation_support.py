@@ -113,7 +113,17 @@ def k4_capacity_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
         )  # fmt: skip
     finally:
         daemon.stop_if_started()
-    assert result["per_host_pps"] > 0, f"the emulator drops packets at any rate here: {result['steps']}"
+    if result["per_host_pps"] <= 0:
+        # No rate was clean: this machine is too busy to emulate faithfully right now.  The tests still run,
+        # at the lowest rate tried; each run's own headroom check then reports the emulator overloaded, and
+        # the tests check what holds at any load (and that the run said so) instead of delivery.
+        lowest = min(float(s["rate_pps_per_host"]) for s in result["steps"])
+        result = {
+            **result,
+            "per_host_pps": lowest,
+            "total_pps": lowest * result["senders"],
+            "no_clean_rate": True,
+        }
     return result
 
 
