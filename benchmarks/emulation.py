@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# The repository first, before this script's own folder (whose emulation.py would shadow the package).
+sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
 
 from controller.sm.manager import SubnetManager  # noqa: E402
 from emulation.controlproc import ControllerProcess  # noqa: E402
@@ -92,7 +92,10 @@ def bring_up(name: str, fabric: Fabric, work: Path, idle_s: float) -> dict[str, 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     phases: dict[str, float] = {}
-    net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=Scale.parse("400G=400M"))
+    prefix = f"b{os.getpid() % 10000}"  # names of its own: other fabrics may share this OVS
+    net = MininetFabric(
+        fabric, addresses, controller=ctl.openflow, scale=Scale.parse("400G=400M"), name_prefix=prefix
+    )
     start = time.perf_counter()
     try:
         net.start()

@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# The repository first, before this script's own folder (whose emulation.py would shadow the package).
+sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
 
 from benchmarks.opensm_sim import available as opensm_available  # noqa: E402
 from benchmarks.opensm_sim import run_opensm  # noqa: E402

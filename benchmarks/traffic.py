@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# The repository first, before this script's own folder (whose emulation.py would shadow the package).
+sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
 
 MACS = ("02:fa:b1:00:00:01", "02:fa:b1:00:00:02")
 IPS = ("10.0.0.1", "10.0.0.2")

@@ -6,8 +6,9 @@ executes the commands the core returns (read a switch, push a rollout, probe lin
 their outcomes back to the core; after every step it publishes the new immutable state, which REST and
 metrics read without locks and without ever waiting for a computation.
 
-Port-status and LLDP inputs that arrive together are handed over as one event (one recomputation for both
-ends of a cut cable or all ports of a dead switch) without reordering anything else.
+Port-status, flow-removed and LLDP inputs that arrive together are handed over as one event (one
+recomputation for both ends of a cut cable or all ports of a dead switch, one read-back of a wiped switch)
+without reordering anything else.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any, Protocol
 from controller.core.events import (
     Command,
     Event,
+    FlowRemoval,
+    FlowsRemoved,
     HostSeen,
     LinkSighting,
     LinksSeen,
@@ -127,6 +130,12 @@ class _Request:
 
 
 _STOP = object()
+#: Inputs that arrive in bursts and are handed to the core as one event each burst.
+_BATCHED: dict[type, Callable[[tuple[Any, ...]], Event]] = {
+    PortChange: PortsChanged,
+    LinkSighting: LinksSeen,
+    FlowRemoval: FlowsRemoved,
+}
 
 
 class FabricService:
@@ -232,6 +241,9 @@ class FabricService:
         if live is not None:
             self._queue.put(PortChange(dpid, port, live, now))
 
+    def flow_removed(self, dpid: int, flow: FlowIntent, reason: str, now: float) -> None:
+        self._queue.put(FlowRemoval(dpid, flow, reason, now))
+
     def link_seen(self, src_dpid: int, src_port: int, dst_dpid: int, dst_port: int, now: float) -> None:
         self._queue.put(LinkSighting(src_dpid, src_port, dst_dpid, dst_port, now))
 
@@ -289,7 +301,7 @@ class FabricService:
     def _coalesce(self, first: Any) -> Any:
         """Consecutive port changes (or LLDP sightings) become one event; anything else stays in order."""
         kind = type(first)
-        if kind not in (PortChange, LinkSighting):
+        if kind not in _BATCHED:
             return first
         batch = [first]
         while True:
@@ -301,7 +313,7 @@ class FabricService:
                 self._held = nxt
                 break
             batch.append(nxt)
-        return PortsChanged(tuple(batch)) if kind is PortChange else LinksSeen(tuple(batch))
+        return _BATCHED[kind](tuple(batch))
 
     def _work(self) -> None:
         while True:

@@ -64,7 +64,12 @@ class ControllerProcess(ControllerClient):
             self.proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
             )
-        wait_for(self._health_unless_exited, 30, "controller REST")
+        try:
+            wait_for(self._health_unless_exited, 30, "controller REST")
+        except BaseException:  # not ready, or interrupted while waiting: no controller left behind
+            if self.proc is not None:
+                self.stop()
+            raise
 
     def _health_unless_exited(self) -> Any:
         """A controller that refused to start (bad input, a state directory in use) is reported at once with

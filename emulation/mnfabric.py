@@ -15,17 +15,24 @@ Start and stop only touch this network: `stop()` is Mininet's own teardown of it
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import re
+import signal
+import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any
 
 from controller.sm.addressing import IPV4_PREFIX_LEN
+from emulation.headroom import HostNs
 from emulation.mesh import Endpoint
 from topologies.model import Fabric
 from topologies.scale import Scale
+
+LOG = logging.getLogger("fabriclab.emulation")
 
 
 class EmulationError(RuntimeError):
@@ -47,6 +54,97 @@ def mininet_available() -> str | None:
     if importlib.util.find_spec("mininet") is None:
         return "the mininet Python package is not installed (pip install mininet)"
     return None
+
+
+def listening(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at host:port: a bare connect, closed at once.
+
+    This replaces Mininet's `RemoteController.checkListening`, which runs `echo A | telnet -e A IP PORT`
+    in a shell and decodes what comes back as UTF-8: an OpenFlow controller greets with a binary HELLO
+    (`04 00 00 08` + a transaction id), so whenever that id is not valid UTF-8 the check itself crashes
+    (UnicodeDecodeError) — at random, depending on the controller's xid — and leaves its shell behind."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _root_links() -> list[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
+    return [line.split(":", 2)[1].strip().split("@")[0] for line in out.splitlines() if line.count(":") >= 2]
+
+
+def _bridges() -> list[str]:
+    argv = ["ovs-vsctl", "--timeout=30", "list-br"]
+    return subprocess.run(argv, capture_output=True, text=True, check=False).stdout.split()
+
+
+def host_shells(names: Iterable[str]) -> dict[int, str]:
+    """PID -> node name of Mininet's host shells (`bash ... mininet:NAME`) for exactly these node names."""
+    wanted = {f"mininet:{name}" for name in names}
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        last = next((a for a in reversed(argv) if a), b"").decode(errors="replace")
+        if last in wanted:
+            found[int(entry)] = last.removeprefix("mininet:")
+    return found
+
+
+def leftovers(names: Iterable[str]) -> list[str]:
+    """What exists of a Mininet fabric whose nodes had exactly these names: bridges, interfaces
+    `NAME-ethN` in this namespace, host shells.  Names of other fabrics never match."""
+    ours = set(names)
+    found = [f"bridge {b}" for b in _bridges() if b in ours]
+    found += [f"link {n}" for n in _root_links() if "-eth" in n and n.rsplit("-eth", 1)[0] in ours]
+    found += [f"host process {pid} ({name})" for pid, name in sorted(host_shells(ours).items())]
+    return found
+
+
+def remove(names: Iterable[str]) -> None:
+    """Remove a Mininet fabric by its node names: kill its host shells (by PID; their namespaces go with
+    them), delete its bridges and its interfaces.  Touches nothing named otherwise."""
+    ours = set(names)
+    for pid in host_shells(ours):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    args = ["ovs-vsctl", "--timeout=60"]
+    for bridge in sorted(ours & set(_bridges())):
+        args += ["--", "--if-exists", "del-br", bridge]
+    if len(args) > 2:
+        subprocess.run(args, check=False, capture_output=True)
+    links = [n for n in _root_links() if "-eth" in n and n.rsplit("-eth", 1)[0] in ours]
+    if links:
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"link del {n}\n" for n in links),
+                       check=False, capture_output=True, text=True)  # fmt: skip
+
+
+class ControllerTarget:
+    """What Mininet's `OVSSwitch.start` needs of a controller — name, protocol, address, port — and
+    nothing else: no shell process (Mininet's `RemoteController` is a Node with a bash of its own), no
+    telnet probe (see `listening`)."""
+
+    def __init__(self, name: str, ip: str, port: int, protocol: str = "tcp") -> None:
+        self.name, self.ip, self.port, self.protocol = name, ip, port, protocol
+
+    def IP(self) -> str:  # noqa: N802 - Mininet's interface
+        return self.ip
+
+    def start(self) -> None:
+        """Nothing to start: the controller runs on its own."""
+
+    def stop(self, *_: Any, **__: Any) -> None:
+        """Nothing to stop."""
+
+    def terminate(self) -> None:
+        """No process to end."""
 
 
 def _fits(name: str, max_port: int) -> bool:
@@ -114,13 +212,31 @@ class MininetFabric:
             raise KeyError(f"{node}:{port} is not cabled")
         return self.intf_name(peer.node, peer.port)
 
+    def switch_interfaces(self) -> list[str]:
+        """Every switch port's interface (all in this network namespace)."""
+        nodes = self.fabric.nodes
+        return sorted(self.intf_name(r.node, r.port) for r in self.fabric.port_map if nodes[r.node].is_switch)
+
+    def headroom_hosts(self) -> list[HostNs]:
+        return [HostNs(h.name, f"/proc/{self.node(h.name).pid}/ns/net") for h in self.fabric.hosts]
+
+    def cable_interfaces(self, node: str, port: int) -> list[str]:
+        """Both ends of a port's cable as `emulation.headroom` names them (switch ports by interface name,
+        host ports as `host/interface`)."""
+        peer = self.fabric.peer(node, port)
+        ends = [(node, port)] + ([(peer.node, peer.port)] if peer else [])
+        return [
+            self.intf_name(n, p) if self.fabric.nodes[n].is_switch else f"{n}/{self.intf_name(n, p)}"
+            for n, p in ends
+        ]
+
     # --- lifecycle ---------------------------------------------------------------------------------------
 
     def start(self) -> None:
         from mininet.link import Link  # noqa: PLC0415 - Mininet only where emulation runs
         from mininet.log import setLogLevel  # noqa: PLC0415
         from mininet.net import Mininet  # noqa: PLC0415
-        from mininet.node import OVSSwitch, RemoteController  # noqa: PLC0415
+        from mininet.node import OVSSwitch  # noqa: PLC0415
 
         setLogLevel("warning")
         start = time.perf_counter()
@@ -130,7 +246,9 @@ class MininetFabric:
         switch_cls = partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure")
         net = Mininet(switch=switch_cls, controller=None, link=Link, build=False, autoSetMacs=False)
         self.net = net
-        net.addController(RemoteController("c0", ip=host, port=int(port)))
+        if not listening(host, int(port)):
+            LOG.warning("nothing accepts connections at %s yet; switches keep trying", self.controller)
+        net.controllers.append(ControllerTarget("c0", host, int(port)))
         for node in self.fabric.switches:
             net.addSwitch(self.names[node.name], dpid=f"{node.guid:016x}")
         for node in self.fabric.hosts:
@@ -225,39 +343,20 @@ class MininetFabric:
                 raise EmulationError(f"shaping {host} failed: {out.strip()[-300:]}")
 
     def stop(self) -> None:
-        """Mininet's own teardown; if that fails (e.g. interrupted half-way through a start), remove what
-        this network created by name: its bridges, its interfaces, its host shells (by PID)."""
+        """Mininet's own teardown, then a check by name: whatever is still there — because that teardown
+        failed or was interrupted, or a start was cut short — is removed (`remove`), so a failed run never
+        leaves bridges, interfaces or host shells for the next one to trip over."""
         if self.net is None:
             return
         net, self.net = self.net, None
         try:
             net.stop()
-        except Exception:
-            self._force_cleanup(net)
-        for controller in net.controllers:  # RemoteController.stop() is a no-op: its shell would outlive us
-            controller.terminate()
-
-    def _force_cleanup(self, net: Any) -> None:
-        import os  # noqa: PLC0415
-        import signal  # noqa: PLC0415
-
-        for host in net.hosts:
-            pid = getattr(host, "pid", None)
-            if pid:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-        ours = set(self.names.values())
-        args = ["ovs-vsctl", "--timeout=60"]
-        for switch in self.fabric.switches:
-            args += ["--", "--if-exists", "del-br", self.names[switch.name]]
-        subprocess.run(args, check=False, capture_output=True)
-        links = subprocess.run(
-            ["ip", "-o", "link", "show"], capture_output=True, text=True, check=False
-        ).stdout
-        for line in links.splitlines():
-            name = line.split(":", 2)[1].strip().split("@")[0] if ":" in line else ""
-            if "-eth" in name and name.rsplit("-eth", 1)[0] in ours:
-                subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
+        except Exception as exc:
+            LOG.warning("Mininet's teardown failed (%s); removing what is left by name", exc)
+        finally:
+            names = list(self.names.values())
+            if leftovers(names):
+                remove(names)
 
     # --- faults and probes -------------------------------------------------------------------------------
 
@@ -291,4 +390,14 @@ class MininetFabric:
         return proc
 
 
-__all__ = ["EmulationError", "MininetFabric", "Scale", "mininet_available"]
+__all__ = [
+    "ControllerTarget",
+    "EmulationError",
+    "MininetFabric",
+    "Scale",
+    "host_shells",
+    "leftovers",
+    "listening",
+    "mininet_available",
+    "remove",
+]

@@ -385,6 +385,26 @@ class OvsFabric:
         the one set, so the host keeps its interface up but without carrier, and OVS sees the port down."""
         _run(["ip", "link", "set", "dev", self.veth_of(node, port), "up" if up else "down"])
 
+    def restart_bridge(self, switch: str) -> None:
+        """A switch rebooted with an empty configuration, as `ovs-vsctl del-br` + `add-br` would leave it:
+        the bridge is deleted, then created again with the same datapath id, ports (same OpenFlow numbers)
+        and controller, but no flows and no groups.  Two transactions: in one, ovs-vswitchd would see the
+        same bridge name before and after and keep the bridge (and its flows) as it was."""
+        index = next(i for i, s in enumerate(self.fabric.switches) if s.name == switch)
+        node = self.fabric.switches[index]
+        br = self.bridge_of(switch)
+        _run(["ovs-vsctl", "--timeout=60", "--if-exists", "del-br", br])
+        args = ["ovs-vsctl", "--timeout=60", "--", "add-br", br,
+                "--", "set", "Bridge", br, "datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure",
+                f"other-config:datapath-id={node.guid:016x}",
+                "other-config:disable-in-band=true"]  # fmt: skip
+        for port in sorted(r.port for r in self.fabric.port_map if r.node == switch):
+            name = self._port_name(switch, port)
+            args += ["--", "add-port", br, name, "--", "set", "Interface", name, f"ofport_request={port}"]
+        if self.controller is not None:
+            args += self._controller_args(br, self.controller, index)
+        _run(args)
+
     def set_controller(self, target: str | None) -> None:
         """Point every bridge at `target` in one transaction (None: remove all controllers).  OVS drops
         unreferenced Controller records itself."""

@@ -13,7 +13,6 @@ meant to measure).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import struct
@@ -32,18 +31,20 @@ def send(dst: str, port: int, rate_pps: float, duration_s: float, size: int = 64
     pad = bytes(max(0, size - _HEADER.size))
     wall0, start = time.time(), time.perf_counter()
     end = start + duration_s
-    seq = 0
+    seq = errors = 0
     while True:
         now = time.perf_counter()
         if now >= end:
             break
         due = int((now - start) / interval) + 1  # packets that should have left by now
         while seq < due:
-            with contextlib.suppress(OSError):  # ENOBUFS under load: loss at the receiver, as it should be
-                sock.sendto(_HEADER.pack(seq, wall0 + (now - start)) + pad, (dst, port))
+            try:
+                sock.sendto(_HEADER.pack(seq, time.time()) + pad, (dst, port))
+            except OSError:  # ENOBUFS under load: loss at the receiver, as it should be
+                errors += 1
             seq += 1
         time.sleep(0.0005)
-    return {"sent": seq, "start": wall0, "rate_pps": rate_pps, "size": size}
+    return {"sent": seq, "start": wall0, "rate_pps": rate_pps, "size": size, "send_errors": errors}
 
 
 def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = None) -> dict[str, Any]:
@@ -59,6 +60,7 @@ def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = No
     bytes_total = 0
     buckets: dict[int, int] = {}
     gaps: list[dict[str, float]] = []
+    delays: list[float] = []
     first = None
     while time.monotonic() < end:
         try:
@@ -68,7 +70,8 @@ def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = No
         now = time.time()
         if len(data) < _HEADER.size:
             continue
-        seq, _sent = _HEADER.unpack_from(data)
+        seq, sent = _HEADER.unpack_from(data)
+        delays.append(now - sent)  # one clock for every namespace: a true one-way delay
         received += 1
         bytes_total += len(data)
         first = now if first is None else first
@@ -88,7 +91,19 @@ def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = No
         "bucket_s": bucket_s,
         "buckets": sorted(buckets.items()),
         "gaps": gaps,
+        "latency_ms": _percentiles(delays),
     }
+
+
+def _percentiles(delays: list[float]) -> dict[str, float] | None:
+    if not delays:
+        return None
+    ordered = sorted(delays)
+
+    def at(q: float) -> float:
+        return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+    return {"p50": at(0.5), "p99": at(0.99), "max": round(1000 * ordered[-1], 3)}
 
 
 def main(argv: list[str]) -> int:

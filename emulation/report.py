@@ -181,6 +181,31 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _overload_line(summary: dict[str, Any]) -> str:
+    if summary.get("emulator_overloaded"):
+        reps = ", ".join(str(r) for r in summary.get("overloaded_repetitions", []))
+        return (
+            f"The emulator was overloaded (repetition {reps}): it dropped or delayed packets itself, so "
+            "loss and delay below are not the modelled fabric's alone (see Headroom)."
+        )
+    return "The emulator kept up: no drops or delays of its own beyond 0.1 % (see Headroom)."
+
+
+def _headroom_line(h: dict[str, Any]) -> str:
+    by_cause = h["emulator_drops_by_cause"].items()
+    causes = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in by_cause if v)
+    ratio = h.get("offered_vs_capacity")
+    return (
+        f"Headroom: emulator overloaded {'yes' if h['emulator_overloaded'] else 'no'}"
+        + (f" ({h['why']})" if h["why"] else "")
+        + f"; emulator drops {h['emulator_drops']} of {h['offered_packets']} packets "
+        f"({h['emulator_drop_pct']} %{'; ' + causes if causes else ''}), modelled congestion drops "
+        f"{h['modelled_congestion_drops']}, drops on cut links {h['fault_drops']}, probe delay p99 "
+        f"{h['probe_latency_p99_ms']} ms"
+        + (f"; offered {ratio}× the calibrated capacity" if ratio is not None else "")
+    )
+
+
 # --- the story, once ---------------------------------------------------------------------------------------
 
 
@@ -192,6 +217,8 @@ def _blocks(summary: dict[str, Any], plots: dict[int, list[str]]) -> list[Block]
             f"Fabric: {summary['fabric']}; controller {summary['controller']}; "
             f"scale {summary['scale'] or 'unshaped'}; {summary['duration_s']} s; seed {summary['seed']}.",
         ),
+        ("p", _overload_line(summary)),
+        *(("p", f"warning: {w}") for w in summary.get("warnings", [])),
     ]
     for rep in summary["repetitions"]:
         n = rep["repetition"]
@@ -275,6 +302,8 @@ def _blocks(summary: dict[str, Any], plots: dict[int, list[str]]) -> list[Block]
                     ],
                 )
             )
+        if rep.get("headroom"):
+            blocks.append(("p", _headroom_line(rep["headroom"])))
         reroutes = [e for e in rep["events"] if e["kind"] in ("port_down", "port_up", "routing_change")]
         if reroutes:
             blocks.append(

@@ -36,6 +36,8 @@ class RoceRun:
     collectives: list[_Collective]
     receivers: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     senders: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    #: Frames each receiver's socket dropped (buffer full): the emulator's, counted before the socket closed.
+    socket_drops: dict[str, int] = field(default_factory=dict)
 
 
 def prepare(scenario: Scenario) -> RoceRun:
@@ -73,6 +75,15 @@ def start_receivers(run: RoceRun, net: MininetFabric, seconds: float) -> None:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
 
 
+def rates(run: RoceRun) -> dict[str, float]:
+    """Packets per second each source host sends (its agent interleaves all its streams at one rate)."""
+    rate: dict[str, float] = {}
+    for c in run.collectives:
+        for src, _ in c.pairs:
+            rate[src] = max(rate.get(src, 0.0), c.item.rate_pps)
+    return rate
+
+
 def start_senders(run: RoceRun, net: MininetFabric, work: Path) -> None:
     by_src: dict[str, list[dict[str, Any]]] = {}
     rate: dict[str, float] = {}
@@ -98,7 +109,9 @@ def finish(run: RoceRun) -> list[dict[str, Any]]:
         proc.communicate(timeout=120)
     received: dict[str, dict[str, Any]] = {}
     for host, proc in run.receivers.items():
-        received[host] = json.loads(proc.communicate(timeout=120)[0])["qps"]
+        report = json.loads(proc.communicate(timeout=120)[0])
+        received[host] = report["qps"]
+        run.socket_drops[host] = int(report.get("socket_drops", 0))
     results = []
     for c in run.collectives:
         expected = got = lost = out_of_order = bad = 0
@@ -136,4 +149,4 @@ def finish(run: RoceRun) -> list[dict[str, Any]]:
     return results
 
 
-__all__ = ["RoceRun", "finish", "prepare", "start_receivers", "start_senders"]
+__all__ = ["RoceRun", "finish", "prepare", "rates", "start_receivers", "start_senders"]

@@ -24,6 +24,7 @@ from typing import Any
 from controller.sm.manager import SubnetManager
 from emulation import rocerun
 from emulation.controlproc import ControllerProcess
+from emulation.headroom import assess, capacity_ratio, snapshot
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
 from emulation.report import write_outputs
@@ -34,12 +35,53 @@ BASE_PORT = 6000
 Progress = Callable[[float, str], None]
 
 
-def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+def offered_load(scenario: Scenario, flows: list[FlowPlan]) -> dict[str, float]:
+    """Packets per second the scenario asks of the emulator: the busiest host's and all hosts' together."""
+    per_host: dict[str, float] = {}
+    for flow in flows:
+        per_host[flow.src] = per_host.get(flow.src, 0.0) + flow.rate_pps
+    for host, rate in rocerun.rates(rocerun.prepare(scenario)).items():
+        per_host[host] = per_host.get(host, 0.0) + rate
+    return {
+        "per_host": max(per_host.values(), default=0.0),
+        "total": sum(per_host.values()),
+        "senders": float(len(per_host)),
+    }
+
+
+def capacity_warnings(scenario: Scenario, capacity: dict[str, Any] | None) -> list[str]:
+    """What to tell the user before running: the load asked for against the calibrated capacity."""
+    offered = offered_load(scenario, scenario.flows(0))
+    if capacity is None:
+        return [
+            f"no calibration of {scenario.fabric.name} on this machine (`fabriclab emulate calibrate "
+            f"TOPOLOGY`): cannot tell in advance whether it carries {offered['per_host']:g} pkt/s per host "
+            f"({offered['total']:g} in total); the run still measures its own headroom"
+        ]
+    per_host, total = float(capacity["per_host_pps"]), float(capacity["total_pps"])
+    if capacity_ratio(offered, capacity) <= 1.0:
+        return []
+    return [
+        f"the scenario asks for {offered['per_host']:g} pkt/s per host ({offered['total']:g} in total), "
+        f"above the clean capacity calibrated on this machine ({per_host:g} per host, {total:g} in total, "
+        f"{capacity.get('measured_at', '?')}): expect the emulator, not the modelled fabric, to drop packets"
+    ]
+
+
+def run_scenario(
+    scenario: Scenario,
+    out_dir: Path,
+    progress: Progress | None = None,
+    capacity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run every repetition and write the results folder.  `capacity` is the fabric's calibration
+    (`emulation.calibrate`), if there is one: the load asked for is compared with it."""
     refused = emulator_refuses(scenario)
     if refused:  # before anything is built or written
         raise ScenarioError(refused, file=str(scenario.file))
     out_dir.mkdir(parents=True, exist_ok=True)
     progress = progress or (lambda fraction, what: None)
+    warnings = capacity_warnings(scenario, capacity)
     reps = []
     for rep in range(scenario.spec.repetitions):
 
@@ -47,7 +89,8 @@ def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = 
             total = scenario.spec.repetitions
             progress((rep + fraction) / total, f"rep {rep + 1}/{total}: {what}")
 
-        reps.append(_run_once(scenario, rep, out_dir / f"rep{rep + 1}", rep_progress))
+        reps.append(_run_once(scenario, rep, out_dir / f"rep{rep + 1}", rep_progress, capacity))
+    overloaded = [r["repetition"] for r in reps if r["headroom"]["emulator_overloaded"]]
     summary = {
         "scenario": scenario.spec.name,
         "file": str(scenario.file),
@@ -56,6 +99,10 @@ def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = 
         "controller": scenario.spec.controller.model_dump(),
         "scale": scenario.spec.scale,
         "duration_s": scenario.spec.duration_s,
+        "emulator_overloaded": bool(overloaded),
+        "overloaded_repetitions": overloaded,
+        "capacity": capacity,
+        "warnings": warnings,
         "repetitions": reps,
     }
     write_outputs(summary, out_dir)
@@ -69,7 +116,9 @@ def run_name_prefix() -> str:
     return f"r{os.getpid() % 10000}"
 
 
-def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> dict[str, Any]:
+def _run_once(
+    scenario: Scenario, rep: int, work: Path, progress: Progress, capacity: dict[str, Any] | None
+) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     spec, fabric = scenario.spec, scenario.fabric
     sm = SubnetManager(fabric)
@@ -99,16 +148,28 @@ def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> d
         flows = scenario.flows(rep)
         placement = {f.name: ctl.get(f"routes?src={f.src}&dst={f.dst}")["path"] for f in flows}
         since = int(ctl.get("events")[-1]["id"]) if ctl.get("events") else 0
+        before = snapshot(net.switch_interfaces(), net.headroom_hosts())
         measured = _traffic_and_faults(scenario, net, ctl, flows, progress, work)
+        after = snapshot(net.switch_interfaces(), net.headroom_hosts())
+        for host, drops in measured["receiver_socket_drops"].items():  # their sockets are closed by now
+            after.host_socket_drops[host] = after.host_socket_drops.get(host, 0) + drops
+        faulted = _faulted_interfaces(scenario, net)
         events = [e for e in ctl.get(f"events?since={since}&limit=1000") if e["kind"] != "switch_connect"]
     finally:
         net.stop()
         ctl.stop()
+    flow_results = _flow_results(flows, placement, measured["senders"], measured["receivers"])
+    offered = sum(int(f["sent"]) for f in flow_results)
+    offered += sum(int(c["packets_expected"]) for c in measured["collectives"])
+    p99s = [f["latency_ms"]["p99"] for f in flow_results if f.get("latency_ms")]
+    headroom = assess(before, after, offered, faulted, max(p99s, default=None),
+                      offered_load(scenario, flows), capacity)  # fmt: skip
     return {
         "repetition": rep + 1,
         "timings_s": timings,
         "all_pairs": {"pairs": len(pairs), "reachable": len(pairs) - len(bad), "unreachable": bad[:50]},
-        "flows": _flow_results(flows, placement, measured["senders"], measured["receivers"]),
+        "flows": flow_results,
+        "headroom": headroom,
         "collectives": measured["collectives"],
         "faults": measured["faults"],
         "loss_windows": _loss_windows(flows, measured["receivers"], measured["faults"]),
@@ -189,6 +250,7 @@ def _traffic_and_faults(
         "faults": fault_log,
         "utilisation": _utilisation(scenario, samples),
         "collectives": rocerun.finish(roce),
+        "receiver_socket_drops": roce.socket_drops,
     }
 
 
@@ -214,9 +276,24 @@ def _flow_results(
                 "goodput_mbps": round(rx["bytes"] * 8 / flow.duration_s / 1e6, 3),
                 "throughput": {"bucket_s": rx["bucket_s"], "packets": rx["buckets"]},
                 "gaps": rx["gaps"],
+                "latency_ms": rx.get("latency_ms"),
+                "send_errors": tx.get("send_errors", 0),
             }
         )
     return result
+
+
+def _faulted_interfaces(scenario: Scenario, net: MininetFabric) -> list[str]:
+    """Interfaces of every cable a fault of the scenario cuts (their drops are the experiment's)."""
+    found: list[str] = []
+    for fault in scenario.spec.faults:
+        if fault.port is not None:
+            node, _, port = fault.port.rpartition(":")
+            found += net.cable_interfaces(node, int(port))
+        elif fault.switch is not None:
+            for number in sorted(r.port for r in scenario.fabric.port_map if r.node == fault.switch):
+                found += net.cable_interfaces(fault.switch, number)
+    return found
 
 
 def _loss_windows(
@@ -283,4 +360,4 @@ def _utilisation(scenario: Scenario, samples: list[tuple[float, list[dict[str, A
     }
 
 
-__all__ = ["Progress", "run_name_prefix", "run_scenario"]
+__all__ = ["Progress", "capacity_warnings", "offered_load", "run_name_prefix", "run_scenario"]

@@ -46,6 +46,8 @@ class UpOptions:
     interactive: bool = False
     ready_timeout_s: float = 120.0
     token: str | None = None
+    #: Node names `{prefix}s0`, `{prefix}h3`, ... instead of the topology's (see `MininetFabric`).
+    name_prefix: str = ""
 
 
 def apply_fault(net: MininetFabric, action: str, target: str) -> str:
@@ -141,7 +143,8 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                 f"controller: REST http://{api_host}:{api_port}/api/v1, "
                 f"live view http://{api_host}:{api_port}/ (log: controller.log)"
             )
-        net = MininetFabric(fabric, addresses, controller=target, scale=options.scale, mtu=options.mtu)
+        net = MininetFabric(fabric, addresses, controller=target, scale=options.scale, mtu=options.mtu,
+                            name_prefix=options.name_prefix)  # fmt: skip
         try:
             with deferred():
                 net.start()

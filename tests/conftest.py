@@ -6,9 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.emulation_support import fabric_prefix_fixture, k4_capacity_fixture
 from topologies.faults import degrade
 from topologies.generators import fat_tree, leaf_spine, rail
 from topologies.model import Fabric
+
+# Registered here, once: a session-scoped fixture imported into several modules would be a separate fixture
+# (and a separate ~40 s calibration) in each.
+__all__ = ["fabric_prefix_fixture", "k4_capacity_fixture"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"

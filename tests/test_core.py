@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 
 from controller.core.events import (
+    FlowRemoval,
+    FlowsRemoved,
     LinkSighting,
     LinksSeen,
     Log,
@@ -24,9 +26,15 @@ from controller.core.events import (
     SwitchRead,
     Tick,
 )
-from controller.core.fabric import GENERATION_BLOCK, MAX_GENERATION, FabricCore, GenerationExhausted
+from controller.core.fabric import (
+    AUDIT_ROUNDS,
+    GENERATION_BLOCK,
+    MAX_GENERATION,
+    FabricCore,
+    GenerationExhausted,
+)
 from controller.core.state import Config, RecordKind
-from controller.sm.intents import ForwardingOptions, generation_of
+from controller.sm.intents import FlowIntent, ForwardingOptions, generation_of
 from controller.sm.manager import SubnetContext
 from controller.state import SavedState
 from tests.core_driver import CoreDriver
@@ -237,3 +245,83 @@ def test_generation_exhaustion_is_refused_up_front() -> None:
         core.initial_state(SavedState("ftree", True, False, MAX_GENERATION - 1))
     state = core.initial_state(None, Config("ftree"))
     assert state.generation == 0
+
+
+# --- entries lost behind the controller's back -------------------------------------------------------------
+
+
+def _removals(
+    d: CoreDriver, name: str, flows: list[FlowIntent], at: float, reason: str = "delete"
+) -> FlowsRemoved:
+    return FlowsRemoved(tuple(FlowRemoval(d.sb.dpids[name], f, reason, at) for f in flows))
+
+
+def test_a_wiped_switch_is_noticed_from_its_flow_removed_messages_and_repaired() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    leaf = d.fake.switches["leaf1"]
+    wiped = list(leaf.flows.values())
+    leaf.flows.clear()  # `ovs-ofctl del-flows` + `del-groups`: no reconnect, only flow-removed messages
+    leaf.groups.clear()
+    steps = d.feed(_removals(d, "leaf1", wiped, at=50.0), now=50.002)
+    assert ReadSwitch(d.sb.dpids["leaf1"]) in steps[0].commands
+    (lost,) = d.records("entries_lost")
+    assert lost.switch == "leaf1" and lost.entries_lost == len(wiped) and lost.detected_at == 50.0
+    (repair,) = d.records("reconcile")
+    assert repair.switch == "leaf1" and repair.flow_mods and repair.flow_mods >= len(wiped)
+    assert d.state.in_sync and not d.state.repairing
+    d.assert_holds_desired()
+    d.fake.assert_delivers(d.fake.all_pairs())
+
+
+def test_removals_by_the_controllers_own_rollouts_are_not_damage() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    before = {n: dict(p.flows) for n, p in d.state.installed.items()}
+    d.set_link(switch_links(d)[0], up=False)  # a reroute: its break phase deletes entries
+    after = {n: p.flows for n, p in d.state.installed.items()}
+    gone = {n: [f for k, f in flows.items() if after[n].get(k) != f] for n, flows in before.items()}
+    removed = [(n, f) for n, flows in gone.items() for f in flows]
+    assert removed  # the reroute deleted or replaced something
+    for name, flow in removed:  # OVS reports every one of them (our entries ask for it)
+        steps = d.feed(_removals(d, name, [flow], at=60.0), now=60.0)
+        assert not any(isinstance(c, ReadSwitch) for s in steps for c in s.commands)
+    assert d.records("entries_lost") == [] and d.state.in_sync
+
+
+def test_ticks_audit_every_switch_and_repair_silent_damage_without_noise() -> None:
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    records = len(d.state.records)
+    agg = d.fake.switches["agg2"]
+    key, flow = next(iter(agg.flows.items()))
+    agg.flows[key] = flow._replace(actions=(("output", 4),))  # modified behind our back: no message at all
+    read: set[int] = set()
+    for i in range(AUDIT_ROUNDS):
+        steps = d.feed(Tick(), now=100.0 + 10 * i)
+        read |= {c.dpid for s in steps for c in s.commands if isinstance(c, ReadSwitch)}
+    assert read == set(d.sb.dpids.values())  # every switch read back within AUDIT_ROUNDS ticks
+    (repair,) = [r for r in d.state.records[records:] if r.kind == "reconcile"]  # only the damaged one
+    assert repair.switch == "agg2" and repair.flow_mods == 1
+    d.assert_holds_desired()
+    assert d.state.in_sync
+
+
+def test_an_audit_read_leaves_port_changes_to_their_port_status_messages() -> None:
+    """A port-status message can wait in the queue behind an audit's read of the same switch: the read
+    must not take the change from it (it would then report nothing, and no reroute would be recorded)."""
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    index = switch_links(d)[0]
+    ends = d.fake.set_link(index, up=False)  # the switches know; the messages are still on their way
+    for i in range(AUDIT_ROUNDS):  # every switch read back meanwhile
+        d.feed(Tick(), now=200.0 + i)
+    assert d.records("port_down") == [] and not d.state.ports_down
+    d.feed(PortsChanged(tuple(PortChange(d.sb.dpids[e.node], e.port, False, 210.0) for e in ends)), now=210.0)
+    (down,) = d.records("port_down")
+    assert down.flow_mods and len(d.state.ports_down) == 2
+    d.fake.assert_delivers(d.fake.all_pairs())

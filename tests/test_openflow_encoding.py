@@ -54,7 +54,7 @@ def _slow(dp: FakeDatapath, flow: FlowIntent, delete: bool) -> bytes:
         ]  # fmt: skip
         msg = parser.OFPFlowMod(
             dp, cookie=flow.cookie, table_id=flow.table, command=ofp.OFPFC_ADD, priority=flow.priority,
-            buffer_id=ofp.OFP_NO_BUFFER, match=parser.OFPMatch(**fields),
+            buffer_id=ofp.OFP_NO_BUFFER, flags=ofp.OFPFF_SEND_FLOW_REM, match=parser.OFPMatch(**fields),
             instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)],
         )  # fmt: skip
     dp.set_xid(msg)

@@ -85,6 +85,19 @@ def receive_buffer(sock: socket.socket, nbytes: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, nbytes)
 
 
+_SOL_PACKET, _PACKET_STATISTICS = 263, 6
+
+
+def socket_drops(sock: socket.socket) -> int:
+    """Frames the kernel dropped because this packet socket's buffer was full (PACKET_STATISTICS; reading
+    resets it).  Once the socket is closed nobody can count them any more, so receivers report them."""
+    try:
+        _, drops = struct.unpack("II", sock.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8))
+    except OSError:
+        return 0
+    return int(drops)
+
+
 def raw_socket(ifname: str) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     sock.bind((ifname, 0))
@@ -207,15 +220,19 @@ class Receiver:
             try:
                 data = recv(65535)
             except TimeoutError:
-                if total and time.monotonic() - idle_since > 1.0:
+                if total and not stop_after and time.monotonic() - idle_since > 1.0:
                     break  # the stream is over (what did not come is lost)
-                continue
+                continue  # told how many to expect: a busy emulator may stall longer, wait for them
             idle_since = time.monotonic()
             if handle(data, time.time()):  # wall clock: comparable across hosts' agents
                 total += 1
             if stop_after and total >= stop_after:
                 break
-        return {"qps": {str(k): v.as_dict() for k, v in sorted(self.qps.items())}, "other_frames": self.other}
+        return {
+            "qps": {str(k): v.as_dict() for k, v in sorted(self.qps.items())},
+            "other_frames": self.other,
+            "socket_drops": socket_drops(self.sock),
+        }
 
 
 __all__ = [
@@ -228,4 +245,5 @@ __all__ = [
     "raw_socket",
     "receive_buffer",
     "send_stream",
+    "socket_drops",
 ]

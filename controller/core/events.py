@@ -66,6 +66,24 @@ class PortsChanged:
 
 
 @dataclass(frozen=True)
+class FlowRemoval:
+    """A switch reports that one of its entries is gone (OFPT_FLOW_REMOVED): `flow` has its table, priority,
+    match and cookie; `reason` is delete, group_delete or a timeout."""
+
+    dpid: int
+    flow: FlowIntent
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class FlowsRemoved:
+    """Flow-removed messages that arrived together (a wiped table is one burst), handled at once."""
+
+    removals: tuple[FlowRemoval, ...]
+
+
+@dataclass(frozen=True)
 class LinkSighting:
     src_dpid: int
     src_port: int
@@ -92,7 +110,8 @@ class HostSeen:
 
 @dataclass(frozen=True)
 class Tick:
-    """Periodic discovery round: expire old sightings, probe links, report cabling changes."""
+    """Periodic round: expire old sightings, probe links, report cabling changes, and audit a share of the
+    switches (read back and repaired if they differ from what the controller believes)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,7 @@ Event = (
     | SwitchReadFailed
     | SwitchDisconnected
     | PortsChanged
+    | FlowsRemoved
     | LinksSeen
     | HostSeen
     | Tick
@@ -192,6 +212,8 @@ Command = ReadSwitch | Push | ProbeLinks | Save | Log | Reply
 __all__ = [
     "Command",
     "Event",
+    "FlowRemoval",
+    "FlowsRemoved",
     "HostSeen",
     "LinkSighting",
     "LinksSeen",

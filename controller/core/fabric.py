@@ -28,6 +28,8 @@ import numpy as np
 from controller.core.events import (
     Command,
     Event,
+    FlowRemoval,
+    FlowsRemoved,
     HostSeen,
     LinksSeen,
     Log,
@@ -74,6 +76,10 @@ from topologies.model import PortRef
 
 #: Generations reserved on disk at a time (see the module docstring).
 GENERATION_BLOCK = 1000
+#: Every `Tick` reads back this share of the switches (round robin) and repairs what differs: a full audit
+#: every AUDIT_ROUNDS ticks.  The safety net for what no OpenFlow message reports (an entry modified or
+#: added behind the controller's back); entries deleted behind its back are reported at once (flow-removed).
+AUDIT_ROUNDS = 6
 
 
 class StateNotSaved(RuntimeError):
@@ -135,6 +141,7 @@ class FabricCore:
             SwitchReadFailed: self._read_failed,
             SwitchDisconnected: self._disconnected,
             PortsChanged: self._ports,
+            FlowsRemoved: self._flows_removed,
             LinksSeen: self._links_seen,
             HostSeen: self._host_seen,
             Tick: self._tick,
@@ -293,6 +300,7 @@ class FabricCore:
             installed=installed,
             synced=state.synced - {name},
             discovery=state.discovery.switch_connected(name, step.now),
+            repairing={k: v for k, v in state.repairing.items() if k != name},
         )
         step.emit(ReadSwitch(event.dpid))
 
@@ -303,32 +311,51 @@ class FabricCore:
         ports_down = dict(step.state.ports_down)
         changed = False
         discovery = step.state.discovery
-        for port in self.context.declared_ports(name):
+        repairing = step.state.repairing.get(name)
+        # A connection's first read sets its ports; after that, port-status messages do (they arrive on the
+        # same connection, and one may wait in the queue behind this read: taking the port from the read
+        # would leave that message nothing to report).
+        for port in self.context.declared_ports(name) if repairing is None else ():
             live = event.ports.get(port, False)
             changed |= self._set_port(ports_down, PortRef(name, port), live, step.now)
             if not live:
                 discovery = discovery.forget_port(name, port)
         program = SwitchProgram.of(name, event.dpid, event.flows, event.groups)
         step.update(
-            ports_down=ports_down, installed={**step.state.installed, name: program}, discovery=discovery
+            ports_down=ports_down,
+            installed={**step.state.installed, name: program},
+            discovery=discovery,
+            repairing={k: v for k, v in step.state.repairing.items() if k != name},
         )
-        detected = step.state.discovery.connected_at.get(name, step.now)
         details: dict[str, Any] = {
             "switch": name,
             "ports_down": tuple(sorted(p for p, up in event.ports.items() if not up)),
         }
-        if changed or step.state.current is None:
+        current = step.state.current
+        if repairing is not None and not changed and current is not None:
+            # A repair or an audit: only this switch, and nothing at all if it holds what it should.
+            if rollout({name: program}, current.programs):
+                self._rollout(step, RecordKind.RECONCILE, repairing, only=[name], **details)
+            elif name in current.programs:
+                step.update(synced=step.state.synced | {name})
+            return
+        detected = step.state.discovery.connected_at.get(name, step.now) if repairing is None else repairing
+        kind = RecordKind.SWITCH_CONNECT if repairing is None else RecordKind.RECONCILE
+        if changed or current is None:
             config = step.state.config
             computation = self._compute(step, config)
             self._reserve(step, computation.generation, config)
             self._commit(step, computation, config)
-            self._rollout(step, RecordKind.SWITCH_CONNECT, detected, **details)
+            self._rollout(step, kind, detected, **details)
         else:
-            self._rollout(step, RecordKind.SWITCH_CONNECT, detected, only=[name], **details)
-        step.emit(ProbeLinks((event.dpid, *self._neighbour_dpids(step.state, name))))
+            self._rollout(step, kind, detected, only=[name], **details)
+        if repairing is None:
+            step.emit(ProbeLinks((event.dpid, *self._neighbour_dpids(step.state, name))))
 
     def _read_failed(self, step: _Builder, event: SwitchReadFailed) -> None:
         name = self.context.switch_of_dpid.get(event.dpid)
+        repairing = step.state.repairing
+        step.update(repairing={k: v for k, v in repairing.items() if k != name})  # the next Tick retries
         step.log(LogLevel.WARNING, f"reading switch {name or event.dpid} failed: {event.reason}")
         step.record(RecordKind.SWITCH_READ_FAILED, switch=name, reason=event.reason)
 
@@ -342,6 +369,7 @@ class FabricCore:
             installed={k: v for k, v in state.installed.items() if k != name},
             synced=state.synced - {name},
             discovery=state.discovery.switch_disconnected(name),
+            repairing={k: v for k, v in state.repairing.items() if k != name},
         )
         step.record(RecordKind.SWITCH_DISCONNECT, switch=name, detected_at=step.now)
 
@@ -384,6 +412,54 @@ class FabricCore:
         self._rollout(step, kind, detected, ports=tuple(changes),
                       changed_destinations=changed_destinations(previous, computation))  # fmt: skip
 
+    def _flows_removed(self, step: _Builder, event: FlowsRemoved) -> None:
+        """Entries gone from a switch.  Ours removed by our own rollouts are already gone from `installed`
+        (their removal was confirmed before this event is handled) or were replaced by a newer cookie;
+        anything else the switch lost behind the controller's back: read it back and repair it."""
+        state = step.state
+        lost: dict[str, list[FlowRemoval]] = {}
+        for removal in event.removals:
+            name = self.context.switch_of_dpid.get(removal.dpid)
+            program = state.installed.get(name) if name is not None else None
+            if name is None or program is None or name in state.repairing:
+                continue
+            held = program.flows.get(removal.flow.key)
+            if held is not None and held.cookie == removal.flow.cookie:
+                lost.setdefault(name, []).append(removal)
+        for name, removals in sorted(lost.items()):
+            detected = min(r.at for r in removals)
+            reasons = ", ".join(sorted({r.reason for r in removals}))
+            step.log(
+                LogLevel.WARNING,
+                f"{name} lost {len(removals)} entries it should hold ({reasons}); reading it back to repair",
+            )
+            step.record(RecordKind.ENTRIES_LOST, switch=name, detected_at=detected,
+                        entries_lost=len(removals), reason=reasons)  # fmt: skip
+            self._read_back(step, name, detected)
+
+    def _read_back(self, step: _Builder, name: str, detected: float) -> None:
+        state = step.state
+        step.update(
+            installed={k: v for k, v in state.installed.items() if k != name},
+            synced=state.synced - {name},
+            repairing={**state.repairing, name: detected},
+        )
+        step.emit(ReadSwitch(self.context.dpids[name]))
+
+    def _audit(self, step: _Builder) -> None:
+        """Read back the next share of the switches (round robin over the declared ones)."""
+        names = [s.name for s in self.context.declared.switches]
+        if not names or step.state.current is None:
+            return
+        share = -(-len(names) // AUDIT_ROUNDS)
+        start = step.state.audit_next % len(names)
+        chosen = [names[(start + i) % len(names)] for i in range(share)]
+        step.update(audit_next=(start + share) % len(names))
+        for name in chosen:
+            state = step.state
+            if name in state.installed and name in state.connected and name not in state.repairing:
+                self._read_back(step, name, step.now)
+
     def _neighbour_dpids(self, state: FabricState, switch: str) -> list[int]:
         dpids = self.context.dpids
         far = {
@@ -424,8 +500,9 @@ class FabricCore:
         step.update(discovery=discovery)
         dpids = self.context.dpids
         step.emit(ProbeLinks(tuple(sorted(dpids[n] for n in state.connected))))
-        for name in sorted(state.connected - set(state.installed)):
+        for name in sorted(state.connected - set(state.installed) - set(state.repairing)):
             step.emit(ReadSwitch(dpids[name]))  # a read that failed earlier: try again, once a round
+        self._audit(step)
         report = discovery.report(self.context.declared, state.ports_down, step.now, self.grace_s)
         problems = tuple(
             [f"{e['link']} {e['status']}" for e in report["links"] if e["status"] in ("missing", "miswired")]
@@ -513,6 +590,7 @@ def _ms(start: float, end: float) -> float:
 
 
 __all__ = [
+    "AUDIT_ROUNDS",
     "GENERATION_BLOCK",
     "MAX_GENERATION",
     "FabricCore",

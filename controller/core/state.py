@@ -32,6 +32,9 @@ class RecordKind(StrEnum):
     PORT_UP = "port_up"
     ROUTING_CHANGE = "routing_change"
     STATE_SAVE_FAILED = "state_save_failed"
+    #: A switch lost entries it should hold (flow-removed) or differed at an audit: read back and repaired.
+    ENTRIES_LOST = "entries_lost"
+    RECONCILE = "reconcile"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Record:
     #: Destinations (LIDs) whose forwarding entry changed on at least one switch.
     changed_destinations: int | None = None
     reason: str | None = None
+    #: Entries a switch reported removed although the controller wanted them there.
+    entries_lost: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -140,6 +145,10 @@ class FabricState:
     next_rollout: int = 1
     pending_change: PendingChange | None = None
     pending_rollout: PendingRollout | None = None
+    #: Switches being read back to repair them (not a connection): name -> when the damage was detected.
+    repairing: Mapping[str, float] = field(default_factory=dict)
+    #: Where the round-robin audit continues (index into the declared switches).
+    audit_next: int = 0
 
     @property
     def in_sync(self) -> bool:

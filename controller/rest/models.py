@@ -184,6 +184,7 @@ class EventView(_Out):
     lost_hosts: list[str] | None = None
     changed_destinations: int | None = None
     reason: str | None = None
+    entries_lost: int | None = None
 
 
 class LinkStatus(_Out):

@@ -58,6 +58,7 @@ class Listener(Protocol):
     def port_status(self, dpid: int, port: int, live: bool | None, now: float) -> None: ...
     def link_seen(self, src_dpid: int, src_port: int, dst_dpid: int, dst_port: int, now: float) -> None: ...
     def arp_request(self, dpid: int, in_port: int, arp: packets.Arp, now: float) -> int | None: ...
+    def flow_removed(self, dpid: int, flow: FlowIntent, reason: str, now: float) -> None: ...
 
 
 @dataclass
@@ -186,6 +187,17 @@ class FabricApp(app_manager.OSKenApp):  # type: ignore[misc]
             (ports.discard if deleted else ports.add)(port.port_no)
         live = False if deleted else openflow.port_is_live(port)
         self._guard("port status", lambda: self.listener.port_status(dpid, port.port_no, live, now))
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)  # type: ignore[untyped-decorator]
+    def _flow_removed(self, ev: Any) -> None:
+        msg, now = ev.msg, time.time()
+        dpid = msg.datapath.id
+        self._guard(
+            "flow removed",
+            lambda: self.listener.flow_removed(
+                dpid, openflow.flow_removed(msg), openflow.removed_reason(msg), now
+            ),
+        )
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)  # type: ignore[untyped-decorator]
     def _packet_in(self, ev: Any) -> None:

@@ -54,6 +54,8 @@ def _of_actions(actions: Sequence[Action]) -> list[Any]:
 # os-ken's for every shape we send; anything else goes through os-ken.
 
 _OXM = {"in_port": (0, 4), "eth_dst": (3, 6), "eth_src": (4, 6), "eth_type": (5, 2)}
+#: Flags of every flow we add: tell us when it goes (see `flow_add`).
+ADD_FLAGS = ofp.OFPFF_SEND_FLOW_REM
 _FLOW_MOD = struct.Struct("!QQBBHHHIIIH2x")  # ofp_flow_mod after the header, before the match
 _OFPT_FLOW_MOD = 14
 
@@ -117,7 +119,7 @@ def _fast_flow_mod(flow: FlowIntent, command: int) -> FastFlowMod:
         ofp.OFP_NO_BUFFER,
         ofp.OFPP_ANY if delete else 0,
         ofp.OFPG_ANY if delete else 0,
-        0,
+        0 if delete else ADD_FLAGS,
     )
     body = fixed + _pack_match(flow.match) + (b"" if delete else _pack_actions(flow.actions))
     return FastFlowMod(body)
@@ -125,7 +127,9 @@ def _fast_flow_mod(flow: FlowIntent, command: int) -> FastFlowMod:
 
 def flow_add(dp: Any, flow: FlowIntent, fast: bool = True) -> Any:
     """OFPFC_ADD: replaces an entry with the same table, priority and match in one step (make-before-break
-    per entry: no instant without an entry).  `fast=False` builds os-ken's message (benchmark baseline)."""
+    per entry: no instant without an entry).  Every entry asks for a flow-removed message (`ADD_FLAGS`),
+    so that entries deleted behind the controller's back — `ovs-ofctl del-flows`, a wiped bridge — are
+    noticed at once.  `fast=False` builds os-ken's message (benchmark baseline)."""
     if fast and _fast_ok(flow):
         return _fast_flow_mod(flow, ofp.OFPFC_ADD)
     instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, _of_actions(flow.actions))]
@@ -136,6 +140,7 @@ def flow_add(dp: Any, flow: FlowIntent, fast: bool = True) -> Any:
         command=ofp.OFPFC_ADD,
         priority=flow.priority,
         buffer_id=ofp.OFP_NO_BUFFER,
+        flags=ADD_FLAGS,
         match=_of_match(flow.match),
         instructions=instructions,
     )
@@ -234,15 +239,20 @@ def serialize(dp: Any, messages: Iterable[Any]) -> tuple[bytes, int]:
 # --- reading back --------------------------------------------------------------------------------------
 
 
-def flow_from_stats(stat: Any) -> FlowIntent:
+def _intent_match(of_match: Any) -> dict[str, int]:
     fields: dict[str, int] = {}
-    for name, value in stat.match.items():
+    for name, value in of_match.items():
         if isinstance(value, tuple):  # masked: not something we write; keep it distinct from ours
             fields[name] = hash(value) & 0x7FFFFFFF
         elif name in _MAC_FIELDS:
             fields[name] = parse_mac(value)
         else:
             fields[name] = int(value)
+    return fields
+
+
+def flow_from_stats(stat: Any) -> FlowIntent:
+    fields = _intent_match(stat.match)
     actions: list[Action] = []
     for instruction in stat.instructions:
         for action in getattr(instruction, "actions", []):
@@ -256,6 +266,23 @@ def flow_from_stats(stat: Any) -> FlowIntent:
             else:
                 actions.append((type(action).__name__, 0))
     return FlowIntent(stat.table_id, stat.priority, match(**fields), tuple(actions), stat.cookie)
+
+
+def flow_removed(msg: Any) -> FlowIntent:
+    """An OFPT_FLOW_REMOVED message as the entry it removed (no actions: the key and cookie identify it)."""
+    return FlowIntent(msg.table_id, msg.priority, match(**_intent_match(msg.match)), (), msg.cookie)
+
+
+_REMOVED_REASONS = {
+    ofp.OFPRR_IDLE_TIMEOUT: "idle_timeout",
+    ofp.OFPRR_HARD_TIMEOUT: "hard_timeout",
+    ofp.OFPRR_DELETE: "delete",
+    ofp.OFPRR_GROUP_DELETE: "group_delete",
+}
+
+
+def removed_reason(msg: Any) -> str:
+    return _REMOVED_REASONS.get(msg.reason, f"reason {msg.reason}")
 
 
 def group_from_desc(stat: Any) -> GroupIntent:
@@ -279,12 +306,14 @@ def is_physical(port_no: int) -> bool:
 
 
 __all__ = [
+    "ADD_FLAGS",
     "OFPP_CONTROLLER",
     "barrier",
     "break_messages",
     "flow_add",
     "flow_delete",
     "flow_from_stats",
+    "flow_removed",
     "flow_stats_request",
     "group_delete",
     "group_desc_request",
@@ -296,5 +325,6 @@ __all__ = [
     "port_desc_request",
     "port_is_live",
     "port_stats_request",
+    "removed_reason",
     "serialize",
 ]

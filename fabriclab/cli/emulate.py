@@ -9,19 +9,23 @@ or with `--no-cli` it waits for Ctrl-C/SIGTERM.  Teardown removes only what it c
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from controller.rest.client import WaitTimeout
 from controller.rest.common import TOKEN_ENV, ListenError, token_from_env
 from controller.sm.manager import SubnetManager
+from emulation import calibrate as calibration
 from emulation.lifecycle import Stopped, stop_on_signals
-from emulation.mnfabric import EmulationError, Scale, mininet_available
+from emulation.mnfabric import EmulationError, MininetFabric, Scale, mininet_available
 from emulation.ovs import OvsDaemon
-from emulation.runner import run_scenario
+from emulation.runner import capacity_warnings, run_scenario
 from emulation.scenario import load_scenario
 from emulation.session import UpOptions, run_up
 from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, integer, load_fabric
@@ -52,6 +56,13 @@ def register(commands: Any) -> None:
     up.add_argument("--emu-api", default="127.0.0.1:8081", help="the emulator's fault-injection REST API")
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: wait for Ctrl-C or SIGTERM")
     up.add_argument(
+        "--name-prefix",
+        default="",
+        metavar="P",
+        help="name bridges, interfaces and hosts P s0, P h3, ... (to run beside another fabric of the same "
+        "topology in one OVS; up to 6 lowercase letters/digits, starting with a letter)",
+    )
+    up.add_argument(
         "--ready-timeout",
         type=float,
         default=120.0,
@@ -59,6 +70,23 @@ def register(commands: Any) -> None:
         help="seconds to wait for the controller to program every switch (default 120)",
     )
     up.set_defaults(handler=emulate_up)
+    cal = sub.add_parser(
+        "calibrate",
+        help="measure the fabric's clean capacity on this machine (pkt/s per host and total)",
+        description="Bring the topology up with its controller and raise a UDP load (every host to the host "
+        "half the fabric away) step by step: the highest rate per host that loses <= 0.1 %% is the "
+        "emulator's clean capacity here.  Scenario runs warn when they ask for more; tests size their "
+        "traffic from it.",
+    )
+    cal.add_argument("topology", type=Path)
+    cal.add_argument("--scale", help="link speed scaling, as for `emulate up` (default: unshaped)")
+    cal.add_argument(
+        "-o", "--output", type=Path, help="JSON file (default ~/.cache/fabriclab/calibration-NAME.json)"
+    )
+    cal.add_argument(
+        "--step-s", type=float, default=2.0, metavar="S", help="seconds per rate step (default 2)"
+    )
+    cal.set_defaults(handler=emulate_calibrate)
 
     scenario = commands.add_parser("scenario", help="check or run scenario files")
     ssub = scenario.add_subparsers(dest="scenario_command", required=True, metavar="ACTION")
@@ -100,11 +128,14 @@ def scenario_run(args: argparse.Namespace) -> int:
         args.output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(f"-o/--output: cannot create results folder {args.output}: {exc.strerror}") from None
+    capacity = calibration.load(scenario.fabric.name)
+    for warning in capacity_warnings(scenario, capacity):
+        print(f"warning: {warning}", file=sys.stderr)
     daemon = _prerequisites()
     stop_on_signals()
     try:
         with console_progress() as progress:
-            summary = run_scenario(scenario, args.output, progress)
+            summary = run_scenario(scenario, args.output, progress, capacity)
     except WaitTimeout as exc:
         raise CliError(f"controller not ready (see controller.log under {args.output}): {exc}") from None
     except Stopped:
@@ -119,8 +150,54 @@ def scenario_run(args: argparse.Namespace) -> int:
             f"rep {rep['repetition']}: {rep['all_pairs']['reachable']}/{rep['all_pairs']['pairs']} pairs, "
             f"{len(rep['flows'])} flows, {lost} packets lost, worst loss window {worst} ms, "
             f"{sum(1 for e in rep['events'] if e['kind'].startswith('port_'))} reroutes"
+            + (f"; EMULATOR OVERLOADED: {rep['headroom']['why']}" if rep["headroom"]["why"] else "")
         )
     print(f"results: {args.output}/summary.json, {args.output}/report.md, {args.output}/report.html")
+    return 0
+
+
+def emulate_calibrate(args: argparse.Namespace) -> int:
+    fabric = load_fabric(args.topology)
+    if not 0.5 <= args.step_s <= 60:
+        raise CliError(f"--step-s: between 0.5 and 60 seconds, not {args.step_s:g}")
+    try:
+        scale = Scale.parse(args.scale) if args.scale else None
+        if scale is not None:
+            MininetFabric(fabric, {}, scale=scale)  # a scale HTB cannot shape fails before anything runs
+    except (ValueError, EmulationError) as exc:
+        raise CliError(f"--scale: {exc}") from None
+    output = args.output or calibration.default_path(fabric.name)
+    if output.is_dir():
+        raise CliError(f"--output: {output} is a directory")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"--output: cannot create {output.parent}: {exc.strerror or exc}") from None
+    daemon = _prerequisites()
+    stop_on_signals()
+    try:
+        with tempfile.TemporaryDirectory(prefix="fabriclab-calibrate-") as work:
+            result = calibration.calibrate(
+                args.topology.resolve(), fabric, Path(work), scale, args.step_s, progress=print
+            )
+    except WaitTimeout as exc:
+        raise CliError(f"controller not ready: {exc}") from None
+    except Stopped:
+        print("stopped: the fabric and controller were torn down", file=sys.stderr)
+        return 130
+    finally:
+        daemon.stop_if_started()
+    try:
+        calibration.save(result, output)
+    except OSError as exc:
+        print(json.dumps(result, indent=2))
+        raise CliError(f"--output: cannot write {output} ({exc.strerror or exc}); result above") from None
+    print(
+        f"capacity of {fabric.name} here: {result['per_host_pps']:g} pkt/s per host, {result['total_pps']:g} "
+        f"pkt/s in total ({result['senders']} senders, <= {100 * result['loss_target']:g} % loss); "
+        f"load average {result['machine']['load_avg_before'][0]:g}"
+    )
+    print(f"wrote {output}")
     return 0
 
 
@@ -135,6 +212,10 @@ def emulate_up(args: argparse.Namespace) -> int:
         )
     if remote_api is not None and args.controller is None:
         raise CliError("--controller-api: only with --controller (a controller this starts is waited for)")
+    if args.name_prefix and not re.fullmatch(r"[a-z][a-z0-9]{0,5}", args.name_prefix):
+        raise CliError(
+            f"--name-prefix: {args.name_prefix!r}: up to 6 lowercase letters and digits, a letter first"
+        )
     api, openflow = endpoint(args.api, "--api"), endpoint(args.openflow, "--openflow")
     listeners = [("--emu-api", emu_api)]
     if args.controller is None:
@@ -173,6 +254,7 @@ def emulate_up(args: argparse.Namespace) -> int:
         interactive=not args.no_cli and sys.stdin.isatty(),
         ready_timeout_s=args.ready_timeout,
         token=token,
+        name_prefix=args.name_prefix,
     )
     daemon = _prerequisites()
     stop_on_signals()

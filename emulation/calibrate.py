@@ -1,0 +1,240 @@
+"""How much traffic can this machine emulate cleanly on a fabric?  `fabriclab emulate calibrate TOPOLOGY`.
+
+The emulator's capacity is not the modelled links' (a 200 Mb/s HTB link carries ~48,000 512-byte packets a
+second) but the CPU's: ovs-vswitchd forwards every packet of every bridge on one thread, and the probe
+senders and receivers in the hosts share the same cores.  So it is measured, on this machine, on the
+fabric itself: every host sends one sequence-numbered UDP flow to the host half the fabric away (the
+longest paths, through the top tier), at a rate per host that is raised step by step — doubled until a
+step loses more than `CLEAN_LOSS` of its packets, then bisected between the last clean and the first lossy
+rate.  The highest clean rate is the capacity: per host and in total (per host × senders).
+
+The result is JSON (default `~/.cache/fabriclab/calibration-<fabric>.json`): scenario runs compare what
+they offer with it and warn, and the tests size their traffic from it.  It holds for the machine's load
+while it was measured (recorded as the load average): a machine shared with other work has less.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from controller.sm.manager import SubnetManager
+from emulation.controlproc import ControllerProcess
+from emulation.headroom import CLEAN_LOSS, assess, snapshot
+from emulation.mesh import check_all_pairs
+from emulation.mnfabric import MininetFabric, Scale
+from topologies.model import Fabric
+
+BASE_PORT = 7000
+Progress = Callable[[str], None]
+
+
+def default_path(fabric_name: str) -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "fabriclab" / f"calibration-{fabric_name}.json"
+
+
+def load(fabric_name: str, path: Path | None = None) -> dict[str, Any] | None:
+    """A saved calibration of this fabric, or None (none made yet, or unreadable)."""
+    path = path or default_path(fabric_name)
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("fabric") != fabric_name or not isinstance(data.get("per_host_pps"), int | float):
+        return None
+    return data
+
+
+def half_shift(fabric: Fabric) -> list[tuple[str, str]]:
+    hosts = [h.name for h in fabric.hosts]
+    n = len(hosts)
+    return [(hosts[i], hosts[(i + n // 2) % n]) for i in range(n) if (i + n // 2) % n != i]
+
+
+@contextlib.contextmanager
+def controlled_fabric(
+    topology: Path, fabric: Fabric, work: Path, scale: Scale | None, name_prefix: str, *controller_args: str
+) -> Iterator[tuple[ControllerProcess, MininetFabric]]:
+    """The controller as its own process and the Mininet fabric, programmed and all pairs verified; both
+    torn down on leaving, whatever happened."""
+    work.mkdir(parents=True, exist_ok=True)
+    addresses = SubnetManager(fabric).addresses.as_strings()
+    ctl = ControllerProcess(topology, work / "state", work / "controller.log", *controller_args)
+    ctl.start()
+    net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scale, name_prefix=name_prefix)
+    try:
+        net.start()
+        ctl.ready(len(fabric.switches))
+        yield ctl, net
+    finally:
+        try:
+            net.stop()
+        finally:
+            ctl.stop()
+
+
+def measure_step(net: MininetFabric, pairs: list[tuple[str, str]], rate_pps: float, seconds: float,
+                 size_bytes: int = 512) -> dict[str, Any]:  # fmt: skip
+    """Every pair sends at `rate_pps` for `seconds`: packets sent, received, lost, and what the emulator's
+    own counters say."""
+    ip_of = {host: ip for (host, _), (_, ip) in net.addresses.items()}
+    hosts = net.headroom_hosts()
+    before = snapshot(net.switch_interfaces(), hosts)
+    receivers = []
+    for i, (_, dst) in enumerate(pairs):
+        argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(seconds + 1.5)]
+        receivers.append(net.popen(dst, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    try:
+        for proc in receivers:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        senders = [
+            net.popen(src, [sys.executable, "-m", "emulation.probe", "send", ip_of[dst], str(BASE_PORT + i),
+                            str(rate_pps), str(seconds), str(size_bytes)],
+                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            for i, (src, dst) in enumerate(pairs)
+        ]  # fmt: skip
+        sent = sum(int(json.loads(p.communicate(timeout=seconds + 60)[0])["sent"]) for p in senders)
+        results = [json.loads(p.communicate(timeout=seconds + 60)[0]) for p in receivers]
+    finally:
+        for proc in receivers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    received = sum(int(r["received"]) for r in results)
+    p99 = max((r["latency_ms"]["p99"] for r in results if r.get("latency_ms")), default=None)
+    verdict = assess(before, snapshot(net.switch_interfaces(), hosts), sent, latency_p99_ms=p99)
+    return {
+        "rate_pps_per_host": round(rate_pps, 1),
+        "sent": sent,
+        "received": received,
+        "loss": round((sent - received) / sent, 6) if sent else 0.0,
+        "emulator_drops": verdict["emulator_drops"],
+        "latency_p99_ms": p99,
+    }
+
+
+def search(
+    step: Callable[[float], dict[str, Any]],
+    start_pps: float = 100.0,
+    max_pps: float = 20000.0,
+    refine: int = 3,
+    loss_target: float = CLEAN_LOSS,
+) -> tuple[float, list[dict[str, Any]]]:
+    """The highest rate with loss <= `loss_target`: double from `start_pps` (halve, if even that is lossy)
+    to bracket it, then bisect `refine` times.  Returns (rate, every step measured)."""
+    steps: list[dict[str, Any]] = []
+
+    def clean(rate: float) -> bool:
+        result = step(rate)
+        steps.append(result)
+        return bool(result["loss"] <= loss_target)
+
+    good, bad = 0.0, None
+    rate = start_pps
+    if clean(rate):
+        good = rate
+        while rate * 2 <= max_pps:
+            rate *= 2
+            if not clean(rate):
+                bad = rate
+                break
+            good = rate
+    else:
+        bad = rate
+        while rate / 2 >= 5:
+            rate /= 2
+            if clean(rate):
+                good = rate
+                break
+            bad = rate
+    if bad is not None and good > 0:
+        for _ in range(refine):
+            mid = (good + bad) / 2
+            if clean(mid):
+                good = mid
+            else:
+                bad = mid
+    return good, steps
+
+
+def calibrate(
+    topology: Path,
+    fabric: Fabric,
+    work: Path,
+    scale: Scale | None = None,
+    step_s: float = 2.0,
+    size_bytes: int = 512,
+    name_prefix: str = "",
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Measure the fabric's clean capacity on this machine (see the module docstring)."""
+    say = progress or (lambda line: None)
+    pairs = half_shift(fabric)
+    started = time.time()
+    load_before = os.getloadavg()
+    prefix = name_prefix or f"c{os.getpid() % 10000}"
+    with controlled_fabric(topology, fabric, work, scale, prefix) as (_, net):
+        pairs_ok = check_all_pairs(net.endpoints())
+        if not all(pairs_ok.values()):
+            bad = [p for p, ok in pairs_ok.items() if not ok]
+            raise RuntimeError(f"{len(bad)} host pairs unreachable before calibrating, e.g. {bad[:3]}")
+
+        def step(rate: float) -> dict[str, Any]:
+            result = measure_step(net, pairs, rate, step_s, size_bytes)
+            say(
+                f"{rate:8.1f} pkt/s per host: {result['received']}/{result['sent']} received "
+                f"(loss {100 * result['loss']:.3f} %, emulator drops {result['emulator_drops']})"
+            )
+            return result
+
+        rate, steps = search(step)
+    per_host = round(rate, 1)
+    return {
+        "fabric": fabric.name,
+        "summary": fabric.summary(),
+        "topology": str(topology),
+        "scale": f"{scale.real_gbps:g}G={scale.emulated_gbps * 1000:g}M" if scale else None,
+        "pattern": "half-shift: host i sends to host i + n/2 (one UDP flow per host)",
+        "size_bytes": size_bytes,
+        "loss_target": CLEAN_LOSS,
+        "senders": len(pairs),
+        "per_host_pps": per_host,
+        "total_pps": round(per_host * len(pairs), 1),
+        "steps": steps,
+        "step_s": step_s,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_before": [round(x, 2) for x in load_before],
+            "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+        },
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "duration_s": round(time.time() - started, 1),
+    }
+
+
+def save(result: dict[str, Any], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+__all__ = [
+    "calibrate",
+    "controlled_fabric",
+    "default_path",
+    "half_shift",
+    "load",
+    "measure_step",
+    "save",
+    "search",
+]

@@ -1,0 +1,229 @@
+"""Does the emulator, not the modelled fabric, drop or delay packets?  Counters before and after a run.
+
+On two cores a userspace OVS fabric loses packets from CPU starvation long before its modelled (HTB-shaped)
+links fill: ovs-vswitchd forwards every packet of every bridge on its main thread, reading each switch port
+from an AF_PACKET socket; when it falls behind, the kernel drops at that socket.  Receivers in the hosts
+can fall behind too.  None of that is the fabric being modelled, so every scenario run reads, before and
+after its traffic:
+
+* **emulator drops** (the emulator lying): drops of OVS's packet sockets on the fabric's ports (`ss -0 -m`,
+  `skmem d`), veth drops (`/sys/class/net/*/statistics`, `/proc/net/dev` in the hosts), UDP receive-buffer
+  overflows in the hosts (`/proc/net/snmp` `RcvbufErrors`) and packet-socket drops in the hosts (RoCE
+  receivers);
+* **modelled congestion**: drops of the HTB qdiscs that shape the links (`tc -s qdisc`) — a link that is
+  full, as the experiment intends;
+* **fault drops**: any of the above on interfaces of links that a fault cut during the run (a downed cable
+  drops what is sent into it; that is the experiment too).
+
+`assess` compares them with what was offered (and with the fabric's calibrated clean capacity, if known):
+the run is `emulator_overloaded` when the emulator dropped more than `CLEAN_LOSS` of the offered packets, or
+delayed probes beyond `DELAY_BOUND_MS` at their 99th percentile while no modelled link was congested.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The loss a run may have and still count as clean (the calibration's criterion as well).
+CLEAN_LOSS = 0.001
+#: One-way probe delay (99th percentile) beyond which an uncongested run is delayed by the emulator, not
+#: by its links: a scaled link serialises a 512-byte packet in tens of microseconds per hop.
+DELAY_BOUND_MS = 20.0
+
+_SKMEM_DROPS = re.compile(r"skmem:\([^)]*\bd(\d+)")
+_SECTION = "@@fabriclab@@"
+
+
+@dataclass(frozen=True)
+class HostNs:
+    """A host's network namespace (a path such as /proc/PID/ns/net or /run/netns/NAME)."""
+
+    name: str
+    netns: str
+
+
+@dataclass
+class Counters:
+    """Drop counters of one fabric at one moment, per interface where they are per interface."""
+
+    #: interface -> drops of the packet socket(s) bound to it (root namespace: OVS's receive sockets)
+    socket_drops: dict[str, int] = field(default_factory=dict)
+    #: interface -> rx_dropped + tx_dropped (veths, both namespaces)
+    interface_drops: dict[str, int] = field(default_factory=dict)
+    #: interface -> HTB qdisc drops (modelled congestion)
+    shaped_drops: dict[str, int] = field(default_factory=dict)
+    #: host -> UDP RcvbufErrors in its namespace
+    udp_rcvbuf_errors: dict[str, int] = field(default_factory=dict)
+    #: host -> drops of packet sockets inside the host (RoCE receivers)
+    host_socket_drops: dict[str, int] = field(default_factory=dict)
+
+
+def _socket_drops(ss_output: str) -> dict[str, int]:
+    drops: dict[str, int] = {}
+    for line in ss_output.splitlines():
+        match = _SKMEM_DROPS.search(line)
+        local = next((part for part in line.split() if part.startswith("*:")), None)
+        if match and local:
+            name = local[2:]
+            drops[name] = drops.get(name, 0) + int(match[1])
+    return drops
+
+
+def _qdisc_drops(tc_json: str, devices: set[str] | None) -> dict[str, int]:
+    try:
+        qdiscs = json.loads(tc_json or "[]")
+    except json.JSONDecodeError:
+        return {}
+    drops: dict[str, int] = {}
+    for q in qdiscs:
+        dev = q.get("dev", "")
+        if q.get("kind") == "htb" and (devices is None or dev in devices):
+            drops[dev] = drops.get(dev, 0) + int(q.get("drops", 0))
+    return drops
+
+
+def _dev_drops(proc_net_dev: str) -> dict[str, int]:
+    drops: dict[str, int] = {}
+    for line in proc_net_dev.splitlines()[2:]:
+        name, _, numbers = line.partition(":")
+        cols = numbers.split()
+        if len(cols) >= 12 and name.strip() != "lo":
+            drops[name.strip()] = int(cols[3]) + int(cols[11])
+    return drops
+
+
+def _udp_rcvbuf_errors(snmp: str) -> int:
+    rows = [line.split() for line in snmp.splitlines() if line.startswith("Udp:")]
+    if len(rows) < 2:
+        return 0
+    return int(dict(zip(rows[0][1:], rows[1][1:], strict=False)).get("RcvbufErrors", 0))
+
+
+def _read_host(host: HostNs) -> tuple[str, str]:
+    script = (
+        f"cat /proc/net/snmp; echo {_SECTION}; cat /proc/net/dev; echo {_SECTION}; "
+        f"ss -0 -m -n -H; echo {_SECTION}; tc -s -j qdisc show"
+    )
+    done = subprocess.run(
+        ["nsenter", f"--net={host.netns}", "sh", "-c", script],
+        capture_output=True, text=True, check=False, timeout=30,
+    )  # fmt: skip
+    return host.name, done.stdout
+
+
+def snapshot(switch_interfaces: Iterable[str], hosts: Sequence[HostNs]) -> Counters:
+    """Read every counter of a fabric: its switch ports (root namespace) and its hosts' namespaces."""
+    ours = set(switch_interfaces)
+    counters = Counters()
+    ss = subprocess.run(["ss", "-0", "-m", "-n", "-H"], capture_output=True, text=True, check=False).stdout
+    counters.socket_drops = {k: v for k, v in _socket_drops(ss).items() if k in ours}
+    for name in ours:
+        stats = Path("/sys/class/net") / name / "statistics"
+        try:
+            counters.interface_drops[name] = sum(
+                int((stats / f).read_text()) for f in ("rx_dropped", "tx_dropped")
+            )
+        except OSError:
+            continue  # gone (a run that tore down early): no counter, not a drop
+    tc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=False)
+    counters.shaped_drops = _qdisc_drops(tc.stdout, ours)
+    with ThreadPoolExecutor(8) as pool:
+        for name, out in pool.map(_read_host, hosts):
+            parts = out.split(_SECTION + "\n")
+            if len(parts) < 4:
+                continue
+            snmp, dev, ss_host, tc_host = parts[:4]
+            counters.udp_rcvbuf_errors[name] = _udp_rcvbuf_errors(snmp)
+            counters.host_socket_drops[name] = sum(_socket_drops(ss_host).values())
+            for intf, drops in _dev_drops(dev).items():
+                counters.interface_drops[f"{name}/{intf}"] = drops
+            for intf, drops in _qdisc_drops(tc_host, None).items():
+                counters.shaped_drops[f"{name}/{intf}"] = drops
+    return counters
+
+
+def _delta(before: Mapping[str, int], after: Mapping[str, int], keys: Iterable[str]) -> int:
+    return sum(max(0, after.get(k, 0) - before.get(k, 0)) for k in keys)
+
+
+def capacity_ratio(offered_pps: Mapping[str, float], capacity: Mapping[str, Any]) -> float:
+    """How many times the calibrated clean capacity a load asks for (> 1: more than this machine carries).
+    The calibration has every host send at once; fewer senders can each go faster, up to the total."""
+    total_cap = max(float(capacity["total_pps"]), 1e-9)
+    senders = max(1.0, float(offered_pps.get("senders", capacity.get("senders", 1))))
+    per_host_cap = max(float(capacity["per_host_pps"]), total_cap / senders, 1e-9)
+    return max(offered_pps.get("total", 0.0) / total_cap, offered_pps.get("per_host", 0.0) / per_host_cap)
+
+
+def assess(
+    before: Counters,
+    after: Counters,
+    offered_packets: int,
+    faulted_interfaces: Iterable[str] = (),
+    latency_p99_ms: float | None = None,
+    offered_pps: Mapping[str, float] | None = None,
+    capacity: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The headroom verdict of one run (see the module docstring).  `faulted_interfaces` are interfaces
+    (switch ports as named in the root namespace, host ports as `host/intf`) of links cut by faults;
+    `offered_pps` is the load asked for (`per_host` peak and `total`), compared with `capacity` (a
+    calibration, see `emulation.calibrate`)."""
+    faulted = set(faulted_interfaces)
+
+    def split(b: Mapping[str, int], a: Mapping[str, int]) -> tuple[int, int]:
+        keys = set(a) | set(b)
+        return _delta(b, a, keys - faulted), _delta(b, a, keys & faulted)
+
+    sockets, sockets_faulted = split(before.socket_drops, after.socket_drops)
+    interfaces, interfaces_faulted = split(before.interface_drops, after.interface_drops)
+    shaped, shaped_faulted = split(before.shaped_drops, after.shaped_drops)
+    rcvbuf = _delta(before.udp_rcvbuf_errors, after.udp_rcvbuf_errors, after.udp_rcvbuf_errors)
+    host_sockets = _delta(before.host_socket_drops, after.host_socket_drops, after.host_socket_drops)
+    by_cause = {
+        "ovs_port_socket_overflow": sockets,
+        "veth_drops": interfaces,
+        "host_udp_rcvbuf_overflow": rcvbuf,
+        "host_packet_socket_overflow": host_sockets,
+    }
+    emulator = sum(by_cause.values())
+    share = emulator / offered_packets if offered_packets else 0.0
+    reasons = []
+    if emulator > CLEAN_LOSS * offered_packets:
+        reasons.append(
+            f"the emulator dropped {emulator} of {offered_packets} packets ({100 * share:.2f} %; "
+            f"clean is <= {100 * CLEAN_LOSS:g} %)"
+        )
+    congested = shaped > 0
+    if latency_p99_ms is not None and latency_p99_ms > DELAY_BOUND_MS and not congested:
+        reasons.append(
+            f"probes were delayed {latency_p99_ms:.1f} ms at p99 on uncongested links "
+            f"(bound {DELAY_BOUND_MS:g} ms)"
+        )
+    result: dict[str, Any] = {
+        "emulator_overloaded": bool(reasons),
+        "why": "; ".join(reasons) or None,
+        "offered_packets": offered_packets,
+        "emulator_drops": emulator,
+        "emulator_drop_pct": round(100 * share, 4),
+        "emulator_drops_by_cause": by_cause,
+        "modelled_congestion_drops": shaped,
+        "fault_drops": sockets_faulted + interfaces_faulted + shaped_faulted,
+        "probe_latency_p99_ms": latency_p99_ms,
+    }
+    if offered_pps is not None:
+        result["offered_pps"] = dict(offered_pps)
+    if capacity is not None:
+        result["capacity_pps"] = {"per_host": capacity["per_host_pps"], "total": capacity["total_pps"]}
+        if offered_pps is not None:
+            result["offered_vs_capacity"] = round(capacity_ratio(offered_pps, capacity), 3)
+    return result
+
+
+__all__ = ["CLEAN_LOSS", "DELAY_BOUND_MS", "Counters", "HostNs", "assess", "capacity_ratio", "snapshot"]
