@@ -1,9 +1,10 @@
 """What the controller persists in --state-dir: operator choices that must survive a restart.
 
-Only decisions live here (routing engine, forwarding options, the table generation counter so cookies keep
-increasing); everything else is recomputed from the topology and read back from the switches.  Written
-atomically (temp file + rename); a damaged or hand-edited file is rejected with the field at fault rather
-than half-applied.
+Only decisions live here (routing engine, forwarding options, routing policy and its parameters, the table
+generation counter so cookies keep increasing); everything else is recomputed from the topology and read
+back from the switches.  Written atomically (temp file + rename); a damaged or hand-edited file is rejected
+with the field at fault rather than half-applied.  Files written before routing policies existed load
+with the policy their `multipath` flag meant (true: ecmp, false: static) and default parameters.
 """
 
 from __future__ import annotations
@@ -28,9 +29,24 @@ class SavedState:
     fast_failover: bool
     multipath: bool
     generation: int
+    #: Routing policy and its parameters ("" = the policy `multipath` names: older files).
+    policy: str = ""
+    interval_ms: int = 100
+    threshold: float = 0.7
+    hysteresis: float = 0.1
+    #: Per-DSCP policy exceptions as {"26": "static"}.
+    classes: dict[str, str] | None = None
 
 
 _FIELDS: dict[str, type] = {"engine": str, "fast_failover": bool, "multipath": bool, "generation": int}
+#: Fields added later: optional when loading (older files), always written.
+_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "policy": (str,),
+    "interval_ms": (int,),
+    "threshold": (float, int),
+    "hysteresis": (float, int),
+    "classes": (dict,),
+}
 
 
 class StateStore:
@@ -49,7 +65,7 @@ class StateStore:
             raise StateError(f"{self.path}: state must be a JSON object")
         if data.get("format") != FORMAT:
             raise StateError(f"{self.path}: format: expected {FORMAT}, got {data.get('format')!r}")
-        unknown = set(data) - set(_FIELDS) - {"format"}
+        unknown = set(data) - set(_FIELDS) - set(_OPTIONAL) - {"format"}
         if unknown:
             raise StateError(f"{self.path}: {sorted(unknown)[0]}: unknown field")
         values: dict[str, Any] = {}
@@ -62,11 +78,20 @@ class StateStore:
             values[name] = value
         if values["generation"] < 0:
             raise StateError(f"{self.path}: generation: must be >= 0")
+        for name, kinds in _OPTIONAL.items():
+            if name in data:
+                value = data[name]
+                if type(value) not in kinds:
+                    raise StateError(f"{self.path}: {name}: expected {kinds[0].__name__}, got {value!r}")
+                values[name] = value
+        classes = values.get("classes")
+        if classes is not None and not all(isinstance(v, str) for v in classes.values()):
+            raise StateError(f"{self.path}: classes: expected {{DSCP: policy name}}")
         return SavedState(**values)
 
     def save(self, state: SavedState) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        data = {"format": FORMAT, **state.__dict__}
+        data = {"format": FORMAT, **{k: v for k, v in state.__dict__.items() if v is not None}}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, self.path)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
-from controller.sm.intents import ForwardingOptions, SwitchDelta, SwitchProgram
+from controller.sm.intents import FlowKey, ForwardingOptions, SwitchDelta, SwitchProgram
 from controller.sm.manager import Computation
+from controller.sm.policies import PolicyChoice, PolicyParams
 from controller.sm.validation import Discovery
 from topologies.model import PortRef
 
@@ -31,6 +32,10 @@ class RecordKind(StrEnum):
     PORT_DOWN = "port_down"
     PORT_UP = "port_up"
     ROUTING_CHANGE = "routing_change"
+    #: The operator chose another routing policy (or its parameters).
+    POLICY_CHANGE = "policy_change"
+    #: Adaptive routing moved slots off a hot link (or back towards even weights); `reason`, `moves`.
+    ADAPTIVE_MOVE = "adaptive_move"
     STATE_SAVE_FAILED = "state_save_failed"
 
 
@@ -65,6 +70,10 @@ class Record:
     #: Destinations (LIDs) whose forwarding entry changed on at least one switch.
     changed_destinations: int | None = None
     reason: str | None = None
+    #: Routing policy in force after the event (policy changes).
+    policy: str | None = None
+    #: Adaptive moves, one line each: "leaf1: 2 slot(s) 3->4 (relief; 93% -> 20%)".
+    moves: tuple[str, ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -86,6 +95,12 @@ class Config:
 
     engine: str = "ftree"
     options: ForwardingOptions = field(default_factory=ForwardingOptions)
+    #: Parameters of the routing policy named in `options` (only ``adaptive`` acts on them).
+    policy_params: PolicyParams = field(default_factory=PolicyParams)
+
+    @property
+    def policy(self) -> PolicyChoice:
+        return PolicyChoice(self.options.policy, self.policy_params, self.options.classes)
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,24 @@ class PendingChange:
     config: Config
     request: int | None
     detected_at: float
+    kind: RecordKind = RecordKind.ROUTING_CHANGE
+
+
+@dataclass(frozen=True)
+class Load:
+    """What adaptive routing knows of link load: the last counter sample and the utilisation it gave."""
+
+    #: When the last sample was taken, and each switch port's transmitted bytes then.
+    at: float | None = None
+    tx_bytes: Mapping[PortRef, int] = field(default_factory=dict)
+    #: (switch, slot flow key) -> bytes it matched, at the last sample.
+    slot_bytes: Mapping[tuple[str, FlowKey], int] = field(default_factory=dict)
+    #: Share of capacity each switch port transmitted over the last interval.
+    utilisation: Mapping[PortRef, float] = field(default_factory=dict)
+    #: (switch, set of ports) -> when its slots last moved: the next sample that covers the move is skipped.
+    moved_at: Mapping[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)
+    samples: int = 0
+    moves: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,6 +173,7 @@ class FabricState:
     next_rollout: int = 1
     pending_change: PendingChange | None = None
     pending_rollout: PendingRollout | None = None
+    load: Load = field(default_factory=Load)
 
     @property
     def in_sync(self) -> bool:
@@ -147,4 +181,13 @@ class FabricState:
         return self.current is not None and self.connected <= self.synced
 
 
-__all__ = ["MAX_RECORDS", "Config", "FabricState", "PendingChange", "PendingRollout", "Record", "RecordKind"]
+__all__ = [
+    "MAX_RECORDS",
+    "Config",
+    "FabricState",
+    "Load",
+    "PendingChange",
+    "PendingRollout",
+    "Record",
+    "RecordKind",
+]

@@ -15,12 +15,13 @@ fabric and re-sweeps keep them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controller.sm.addressing import AddressTable
 from controller.sm.engines import EngineRegistry, default_registry
-from controller.sm.intents import ForwardingOptions, SwitchProgram, compile_programs
+from controller.sm.intents import FlowKey, ForwardingOptions, SwitchProgram, Weights, compile_programs
 from controller.sm.lids import LidMap, assign_lids
+from controller.sm.policies import Assignment, PolicyError
 from controller.sm.subnet import Subnet
 from controller.sm.tables import Hop, RouteError, RoutingTables
 from controller.sm.verify import Verification, verify
@@ -45,6 +46,26 @@ class Computation:
     verification: Verification
     down_links: tuple[str, ...]
     lost_hosts: tuple[str, ...]
+    #: Per switch: each set of equal-cost ports with a slot table -> its slot assignment (multipath only).
+    weights: Mapping[str, Mapping[tuple[int, ...], Assignment]] = field(default_factory=dict)
+    #: Per switch and set: its slot flows' keys in slot order (their counters are per-slot load).
+    slot_keys: Mapping[str, Mapping[tuple[int, ...], tuple[FlowKey, ...]]] = field(default_factory=dict)
+
+    @property
+    def slot_sets(self) -> int:
+        return sum(len(sets) for sets in self.weights.values())
+
+    def policy_problem(self) -> PolicyError | None:
+        """Why this fabric cannot support the chosen policy (a multipath policy without any equal-cost
+        alternatives), or None."""
+        if self.options.slot_tables and self.slot_sets == 0:
+            multipath = self.options.policy if self.options.multipath else "a multipath class"
+            return PolicyError(
+                f"{multipath!r} needs equal-cost alternatives, and the {self.engine} tables of this fabric "
+                "have none (one path per destination)",
+                field="policy",
+            )
+        return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,25 +131,51 @@ class SubnetContext:
         previous: Computation | None = None,
     ) -> Computation:
         """Route the live fabric as generation `generation`: raises `UnknownEngine` before doing anything.
-        With `previous` (same engine and options), switches whose rows are unchanged keep their programs."""
+        With `previous` (same engine and options), switches whose rows are unchanged keep their programs,
+        and sets of equal-cost ports that still exist keep their slot assignment (adaptive weights)."""
         router = self.registry.create(engine)
         live, lost = self.live_fabric(ports_down)
         subnet = Subnet.build(live, assign_lids(live, previous=self.lids))
         tables = router.route(subnet)
         reuse = None
+        weights: Weights | None = None
+        keys = None
         if previous is not None and previous.engine == engine and previous.options == options:
             reuse = (previous.tables, previous.programs)
-        programs = compile_programs(tables, self.addresses, self.dpids, options, generation, reuse)
+            weights = previous.weights
+            keys = {k: dict(v) for k, v in previous.slot_keys.items()}
+        programs, assignments, slot_keys = compile_programs(
+            tables, self.addresses, self.dpids, options, generation, reuse, weights, weights, keys
+        )
         return Computation(
             generation=generation,
             engine=engine,
             options=options,
             tables=tables,
             programs=programs,
-            verification=verify(tables),
+            verification=verify(tables, alternatives=options.fast_failover or options.slot_tables),
             down_links=tuple(str(self.declared.links[i]) for i in self.down_links(ports_down)),
             lost_hosts=lost,
+            weights=assignments,
+            slot_keys=slot_keys,
         )
+
+    def reweight(self, computation: Computation, weights: Weights) -> Computation:
+        """The same generation with other slot assignments for some switches (an adaptive move): only
+        those switches' programs are compiled again."""
+        merged = {**computation.weights, **{k: dict(v) for k, v in weights.items()}}
+        programs, assignments, slot_keys = compile_programs(
+            computation.tables,
+            self.addresses,
+            self.dpids,
+            computation.options,
+            computation.generation,
+            (computation.tables, computation.programs),
+            merged,
+            computation.weights,
+            {k: dict(v) for k, v in computation.slot_keys.items()},
+        )
+        return replace(computation, programs=programs, weights=assignments, slot_keys=slot_keys)
 
     def route(self, computation: Computation, src: str, dst: str) -> list[Hop]:
         for name in (src, dst):

@@ -7,6 +7,11 @@ tables are deadlock-free with V virtual lanes if destinations can be split into 
 graphs are each acyclic (the layering is DFSSSP's idea, per destination here because the controller maps a
 destination, not a path, to a traffic class).  What matters is the data traffic, so the graph is built from
 routes to host LIDs as they are used by traffic from hosts.
+
+Fast failover and the multipath policies send packets over every equal-cost alternative the engine
+recorded (`RoutingTables.alt`), not only the table's port.  With ``alternatives=True`` a second check covers
+all of them: the dependency graph of every path a packet can take when any switch may pick any of its
+alternatives toward the destination (plus the table's own entries), which must be acyclic on its own.
 """
 
 from __future__ import annotations
@@ -51,10 +56,14 @@ class Verification:
     max_extra_hops: int
     pairs_longer_than_shortest: int
     deadlock: DeadlockReport | None
+    #: The same check over every alternative path (fast failover, multipath policies), one VL.
+    deadlock_alternatives: DeadlockReport | None = None
 
     @property
     def ok(self) -> bool:
         deadlock_ok = self.deadlock is None or self.deadlock.acyclic
+        if self.deadlock_alternatives is not None:
+            deadlock_ok = deadlock_ok and self.deadlock_alternatives.acyclic
         return (
             self.unreachable_pairs == 0 and self.loop_entries == 0 and self.dead_entries == 0 and deadlock_ok
         )
@@ -68,7 +77,10 @@ def channel_names(subnet: Subnet) -> list[str]:
     ]
 
 
-def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verification:
+def verify(
+    tables: RoutingTables, vls: int = 1, deadlock: bool = True, alternatives: bool = False
+) -> Verification:
+    """`alternatives`: also check deadlock freedom over every equal-cost alternative (see module doc)."""
     subnet = tables.subnet
     lft = tables.lft
     hosts = subnet.hosts_per_switch
@@ -106,9 +118,13 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
             max_extra = max(max_extra, int(extra[used].max()))
             longer += int(w[used & (extra > 0)].sum())
     routed_pairs = n_hosts * (n_hosts - 1) - unreachable
-    report = None
+    report = alt_report = None
     if deadlock:
-        report = _deadlock_report(tables, vls, _merge(dependencies, False, subnet.switch_channels[1]))
+        merged = _merge(dependencies, False, subnet.switch_channels[1])
+        report = _deadlock_report(tables, vls, merged)
+        if alternatives:
+            codes = np.union1d(merged[0], alternative_dependencies(tables))
+            alt_report = _deadlock_report(tables, 1, (codes, codes, merged[2]))
     return Verification(
         engine=tables.engine,
         host_pairs=n_hosts * (n_hosts - 1),
@@ -122,7 +138,48 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
         max_extra_hops=max_extra,
         pairs_longer_than_shortest=longer,
         deadlock=report,
+        deadlock_alternatives=alt_report,
     )
+
+
+def alternative_dependencies(tables: RoutingTables) -> I64:
+    """Channel dependency codes (c_in * n_channels + c_out) of every path host traffic can take when each
+    switch may forward over any of its alternatives toward the destination's switch."""
+    subnet = tables.subnet
+    chan, n_chan = subnet.switch_channels
+    n, width = subnet.n_switches, subnet.n_ports
+    nbr = subnet.nbr
+    is_link = nbr >= 0
+    targets = np.unique(subnet.ep_switch)
+    codes: list[I64] = []
+    for t in targets.tolist():
+        allowed = np.unpackbits(tables.alt[:, t, :], axis=1, count=width).astype(bool) & is_link
+        allowed[t] = False  # at the destination's switch the packet leaves to a host
+        # switches host traffic toward t can reach
+        used = subnet.has_hosts.copy()
+        while True:
+            rows, ports = np.nonzero(allowed & used[:, None])
+            grown = used.copy()
+            grown[nbr[rows, ports]] = True
+            if (grown == used).all():
+                break
+            used = grown
+        rows, ports = np.nonzero(allowed & used[:, None])
+        if rows.size == 0:
+            continue
+        mid = nbr[rows, ports]
+        c_in = chan[rows, ports]
+        # every way on from each middle switch
+        onward = allowed[mid]  # (edges, width)
+        e_idx, q = np.nonzero(onward)
+        if e_idx.size == 0:
+            continue
+        c_out = chan[mid[e_idx], q]
+        codes.append(np.unique(c_in[e_idx].astype(np.int64) * n_chan + c_out))
+    if not codes:
+        return np.zeros(0, dtype=np.int64)
+    assert n > 0
+    return np.unique(np.concatenate(codes))
 
 
 def _block_dependencies(subnet: Subnet, result: Follow, per_destination: bool) -> tuple[I64, I64]:
@@ -276,4 +333,11 @@ def _layer(tables: RoutingTables, vls: int) -> tuple[int | None, str | None]:
     return vls, None
 
 
-__all__ = ["DeadlockReport", "Verification", "channel_names", "deadlock_check", "verify"]
+__all__ = [
+    "DeadlockReport",
+    "Verification",
+    "alternative_dependencies",
+    "channel_names",
+    "deadlock_check",
+    "verify",
+]

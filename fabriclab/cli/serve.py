@@ -22,6 +22,12 @@ from typing import Any
 from controller.sm.intents import ForwardingOptions
 from controller.state import StateError, StateStore
 from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli.policy import (
+    add_policy_options,
+    apply_policy_overrides,
+    option_error,
+    policy_overrides,
+)
 from topologies.scale import Scale
 
 LOG = logging.getLogger("fabriclab")
@@ -47,7 +53,8 @@ def register(commands: Any) -> None:
         "--state-dir", type=Path, default=None, help="persist engine/options here, restore on start"
     )
     p.add_argument("--no-fast-failover", action="store_true", help="plain outputs instead of failover groups")
-    p.add_argument("--multipath", action="store_true", help="select groups over equal-cost ports")
+    p.add_argument("--multipath", action="store_true", help="legacy: the same as --policy ecmp")
+    add_policy_options(p)
     p.add_argument("--lldp-interval", type=float, default=10.0, metavar="S", help="LLDP probe period")
     p.add_argument(
         "--stats-interval", type=float, default=2.0, metavar="S", help="port counter polling period"
@@ -55,8 +62,8 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--capacity-scale",
         metavar="REAL=EMULATED",
-        help="links run scaled, as in an emulated fabric (e.g. 400G=200M): utilisation (metrics, live view) "
-        "is measured against the scaled speed",
+        help="links run scaled, as in an emulated fabric (e.g. 400G=200M): utilisation (metrics, live view, "
+        "adaptive routing) is measured against the scaled speed",
     )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run)
@@ -99,19 +106,32 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     store = StateStore(args.state_dir) if args.state_dir else None
 
+    overrides = policy_overrides(args)
+    link_scale = scale.emulated_gbps / scale.real_gbps if scale is not None else 1.0
+
     def chosen(saved: Config) -> Config:
         engine = args.engine if args.engine is not None else saved.engine
         options = saved.options
         if args.no_fast_failover or args.multipath:
-            options = ForwardingOptions(not args.no_fast_failover, args.multipath)
-        return Config(engine, options)
+            options = ForwardingOptions(not args.no_fast_failover, args.multipath, classes=options.classes)
+        return apply_policy_overrides(Config(engine, options, saved.policy_params), overrides)
 
     try:
         service = FabricService.for_fabric(fabric, store, chosen, lldp_interval_s=args.lldp_interval,
-                                           stats_interval_s=args.stats_interval)  # fmt: skip
+                                           stats_interval_s=args.stats_interval,
+                                           link_scale=link_scale)  # fmt: skip
     except (StateError, GenerationExhausted) as exc:
         raise CliError(str(exc)) from None
     state = service.snapshot().state
+    if state.config.options.slot_tables:  # a multipath policy needs equal-cost alternatives
+        from controller.sm.manager import SubnetManager  # noqa: PLC0415
+
+        sm = SubnetManager(
+            fabric, state.config.engine, state.config.options, registry=service.context.registry
+        )
+        problem = sm.compute().policy_problem()
+        if problem is not None:
+            raise option_error(problem)
     for host, port, what in ((of_host, of_port, "--openflow"), (api_host, api_port, "--api")):
         _check_bindable(host, port, what)
     extra_hosts = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
@@ -134,10 +154,11 @@ def run(args: argparse.Namespace) -> int:
         observer.stop()
         raise CliError(str(exc)) from None
     LOG.info(
-        "controller for %s: engine %s, OpenFlow %s:%d, REST http://%s:%d/api/v1 (docs at /docs, live view "
-        "at /, metrics at /metrics)",
+        "controller for %s: engine %s, policy %s, OpenFlow %s:%d, REST http://%s:%d/api/v1 (docs at /docs, "
+        "live view at /, metrics at /metrics)",
         fabric.summary(),
         state.config.engine,
+        state.config.options.policy,
         of_host,
         of_port,
         api_host,
