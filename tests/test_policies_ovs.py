@@ -33,7 +33,7 @@ class Rig:
     def __init__(self, tmp: Path) -> None:
         self.fabric = load_topology(TOPOLOGY)
         self.addresses = SubnetManager(self.fabric).addresses.as_strings()
-        extra = ("--lldp-interval", "3600", "--link-scale", LINK_SCALE)
+        extra = ("--lldp-interval", "3600", "--capacity-scale", LINK_SCALE)
         self.controller = ControllerProcess(TOPOLOGY, tmp / "state", tmp / "controller.log", *extra)
         self.net = OvsFabric(self.fabric, self.addresses, controller=self.controller.openflow)
 
