@@ -34,7 +34,20 @@ BASE_PORT = 6000
 Progress = Callable[[float, str], None]
 
 
-def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+#: Called with the running fabric just before traffic starts; what it returns is called after the traffic
+#: and its result stored as the repetition's "headroom" (see `emulation.compare.measure_headroom`).
+AroundTraffic = Callable[[MininetFabric, Scenario], Callable[[dict[str, Any]], dict[str, Any]]]
+
+
+def run_scenario(
+    scenario: Scenario,
+    out_dir: Path,
+    progress: Progress | None = None,
+    around_traffic: AroundTraffic | None = None,
+    write: bool = True,
+) -> dict[str, Any]:
+    """Run every repetition; write the results folder unless `write` is False (a comparison writes its
+    own).  `around_traffic`: see `AroundTraffic`."""
     refused = emulator_refuses(scenario)
     if refused:  # before anything is built or written
         raise ScenarioError(refused, file=str(scenario.file))
@@ -47,7 +60,7 @@ def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = 
             total = scenario.spec.repetitions
             progress((rep + fraction) / total, f"rep {rep + 1}/{total}: {what}")
 
-        reps.append(_run_once(scenario, rep, out_dir / f"rep{rep + 1}", rep_progress))
+        reps.append(_run_once(scenario, rep, out_dir / f"rep{rep + 1}", rep_progress, around_traffic))
     summary = {
         "scenario": scenario.spec.name,
         "file": str(scenario.file),
@@ -58,7 +71,8 @@ def run_scenario(scenario: Scenario, out_dir: Path, progress: Progress | None = 
         "duration_s": scenario.spec.duration_s,
         "repetitions": reps,
     }
-    write_outputs(summary, out_dir)
+    if write:
+        write_outputs(summary, out_dir)
     progress(1.0, "done")
     return summary
 
@@ -69,15 +83,16 @@ def run_name_prefix() -> str:
     return f"r{os.getpid() % 10000}"
 
 
-def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> dict[str, Any]:
+def _run_once(
+    scenario: Scenario, rep: int, work: Path, progress: Progress, around: AroundTraffic | None = None
+) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     spec, fabric = scenario.spec, scenario.fabric
     sm = SubnetManager(fabric)
     addresses = sm.addresses.as_strings()
-    args = ["--engine", spec.controller.engine]
-    args += [] if spec.controller.fast_failover else ["--no-fast-failover"]
-    args += ["--multipath"] if spec.controller.multipath else []
+    args = spec.controller.controller_args()
     args += ["--stats-interval", str(spec.poll_interval_s)]
+    args += ["--capacity-scale", str(scenario.scale)] if scenario.scale is not None else []
     topology = (scenario.file.parent / spec.topology).resolve()
     ctl = ControllerProcess(topology, work / "state", work / "controller.log", *args)
     timings: dict[str, float] = {}
@@ -97,9 +112,11 @@ def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> d
         bad = [f"{s}->{d}" for (s, d), ok in pairs.items() if not ok]
         progress(0.1, f"{len(pairs) - len(bad)}/{len(pairs)} pairs reachable")
         flows = scenario.flows(rep)
-        placement = {f.name: ctl.get(f"routes?src={f.src}&dst={f.dst}")["path"] for f in flows}
+        placement = {f.name: _placement(ctl, f) for f in flows}
         since = int(ctl.get("events")[-1]["id"]) if ctl.get("events") else 0
+        finish = around(net, scenario) if around is not None else None
         measured = _traffic_and_faults(scenario, net, ctl, flows, progress, work)
+        headroom = finish(measured) if finish is not None else None
         events = [e for e in ctl.get(f"events?since={since}&limit=1000") if e["kind"] != "switch_connect"]
     finally:
         net.stop()
@@ -114,7 +131,18 @@ def _run_once(scenario: Scenario, rep: int, work: Path, progress: Progress) -> d
         "loss_windows": _loss_windows(flows, measured["receivers"], measured["faults"]),
         "events": events,
         "utilisation": measured["utilisation"],
+        **({"headroom": headroom} if headroom is not None else {}),
     }
+
+
+def _placement(ctl: ControllerProcess, flow: FlowPlan) -> str:
+    """Where the controller sends the flow: the table's path, the path of its source port under a multipath
+    policy, or "sprayed" when every packet has a port of its own."""
+    if flow.spray is not None:
+        return "sprayed"
+    sport = f"&sport={flow.sport}" if flow.sport is not None else ""
+    path: str = ctl.get(f"routes?src={flow.src}&dst={flow.dst}{sport}")["path"]
+    return path
 
 
 def _traffic_and_faults(
@@ -164,6 +192,8 @@ def _traffic_and_faults(
             flow = flows[i]
             argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[flow.dst], str(BASE_PORT + i),
                     str(flow.rate_pps), str(flow.duration_s), str(flow.size_bytes)]  # fmt: skip
+            argv += ["--sport", str(flow.sport)] if flow.sport is not None else []
+            argv += ["--spray", str(flow.spray)] if flow.spray is not None else []
             senders[flow.name] = net.popen(flow.src, argv, stdout=subprocess.PIPE, text=True)
         while faults and faults[0].at_s <= now:
             fault = faults.pop(0)
@@ -211,7 +241,12 @@ def _flow_results(
                 "lost": lost,
                 "loss_pct": round(100.0 * lost / tx["sent"], 3) if tx["sent"] else 0.0,
                 "out_of_order": rx["out_of_order"],
+                "reorder_max": rx.get("reorder_max", 0),
+                "entropy": flow.entropy,
+                "sport": flow.sport,
                 "goodput_mbps": round(rx["bytes"] * 8 / flow.duration_s / 1e6, 3),
+                # flow completion: first packet sent to last packet received (what was lost never came)
+                "fct_s": round(rx["last"] - tx["start"], 4) if rx.get("last") and tx.get("start") else None,
                 "throughput": {"bucket_s": rx["bucket_s"], "packets": rx["buckets"]},
                 "gaps": rx["gaps"],
             }
@@ -283,4 +318,4 @@ def _utilisation(scenario: Scenario, samples: list[tuple[float, list[dict[str, A
     }
 
 
-__all__ = ["Progress", "run_name_prefix", "run_scenario"]
+__all__ = ["AroundTraffic", "Progress", "run_name_prefix", "run_scenario"]

@@ -46,6 +46,8 @@ class UpOptions:
     interactive: bool = False
     ready_timeout_s: float = 120.0
     token: str | None = None
+    #: Routing-policy options for the controller this starts (`--policy adaptive --threshold 0.7 ...`).
+    policy_args: tuple[str, ...] = ()
 
 
 def apply_fault(net: MininetFabric, action: str, target: str) -> str:
@@ -134,6 +136,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
             scaled = ["--capacity-scale", str(options.scale)] if options.scale is not None else []
             ctl = ControllerProcess(options.topology.resolve(), Path(".fabriclab-state"),
                                     Path("controller.log"), "--engine", options.engine, *scaled,
+                                    *options.policy_args,
                                     host=api_host, of_port=of_port, api_port=api_port)  # fmt: skip
             ctl.start()
             target = ctl.openflow

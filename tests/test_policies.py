@@ -15,6 +15,7 @@ from controller.sm.intents import (
     ForwardingOptions,
     GroupKind,
     failover_ports,
+    rollout,
     switch_levels,
 )
 from controller.sm.manager import SubnetManager
@@ -195,3 +196,27 @@ def test_a_fabric_without_alternatives_cannot_spray() -> None:
     assert problem is not None and problem.field == "policy" and "equal-cost" in str(problem)
     with pytest.raises(NotDelivered):  # and nothing pretends otherwise: unknown hosts are not delivered
         CoreDriver(fabric).fake.trace("h1", "h4")
+
+
+@pytest.mark.parametrize("policy", ["static", "ecmp", "adaptive"])
+def test_the_path_the_controller_reports_for_a_source_port_is_the_one_packets_take(policy: str) -> None:
+    """`/routes?sport=` (SubnetContext.route) agrees with what the switches do, for every source port tried
+    and both classes, including after adaptive routing changed weights."""
+    fabric = fat_tree(4)
+    classes = ((26, "static"),) if policy != "static" else ()
+    d = driven(fabric, ForwardingOptions(policy=policy, classes=classes))
+    current = d.state.current
+    assert current is not None
+    if policy == "adaptive":  # skew leaf1's weights and install them on the fake switches
+        ((ports, _),) = current.weights["leaf1"].items()
+        current = d.context.reweight(current, {"leaf1": {ports: (ports[0],) * 13 + (ports[1],) * 3}})
+        deltas = rollout(dict(d.state.installed), current.programs)
+        for phase in ("make", "break"):
+            assert d.sb.push({dl.dpid: dl for dl in deltas.values()}, phase) == {}
+    for src, dst in [("h1", "h16"), ("h5", "h2"), ("h1", "h2"), ("h9", "h3")]:
+        for i in range(0, 256, 3):
+            sport = spray_sport(i)
+            for dscp in (0, 26):
+                hops = d.context.route(current, src, dst, sport, dscp)
+                reported = [f"{h.in_port}>{h.node}>{h.out_port}" for h in hops[1:-1]]
+                assert reported == d.fake.trace(src, dst, udp_src=sport, dscp=dscp)[1:-1]

@@ -128,15 +128,20 @@ def create_app(
 
     @app.get(f"{API}/routes", response_model=models.RouteView, responses=_errors(404, 409, 503))
     def routes(
-        src: Annotated[str, Query(max_length=128)], dst: Annotated[str, Query(max_length=128)]
+        src: Annotated[str, Query(max_length=128)],
+        dst: Annotated[str, Query(max_length=128)],
+        sport: Annotated[int | None, Query(ge=0, le=65535, description="UDP source port")] = None,
+        dscp: Annotated[int, Query(ge=0, le=63, description="traffic class (DSCP)")] = 0,
     ) -> models.RouteView:
+        """The table's path, or with `sport` the path a UDP packet from that source port takes under the
+        routing policy (its slots, with adaptive routing's current weights)."""
         pub = snap()
         for field, value in (("src", src), ("dst", dst)):
             if value not in pub.context.declared.nodes:
                 raise ApiError(404, f"unknown node {value!r}", field)
         computation = current_or_503(pub)
         try:
-            path = pub.context.route(computation, src, dst)
+            path = pub.context.route(computation, src, dst, sport, dscp)
         except RouteError as exc:
             raise ApiError(409, str(exc), "dst") from None
         return models.RouteView(

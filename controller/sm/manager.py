@@ -17,11 +17,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from controller.sm.addressing import AddressTable
 from controller.sm.engines import EngineRegistry, default_registry
-from controller.sm.intents import FlowKey, ForwardingOptions, SwitchProgram, Weights, compile_programs
+from controller.sm.intents import (
+    FlowKey,
+    ForwardingOptions,
+    SwitchProgram,
+    Weights,
+    compile_programs,
+    switch_levels,
+)
 from controller.sm.lids import LidMap, assign_lids
-from controller.sm.policies import Assignment, PolicyError
+from controller.sm.policies import SLOTS, Assignment, PolicyError, even_assignment, slot_shift
 from controller.sm.subnet import Subnet
 from controller.sm.tables import Hop, RouteError, RoutingTables
 from controller.sm.verify import Verification, verify
@@ -177,11 +186,35 @@ class SubnetContext:
         )
         return replace(computation, programs=programs, weights=assignments, slot_keys=slot_keys)
 
-    def route(self, computation: Computation, src: str, dst: str) -> list[Hop]:
+    def route(
+        self, computation: Computation, src: str, dst: str, sport: int | None = None, dscp: int = 0
+    ) -> list[Hop]:
+        """The path of a packet from `src` to `dst`: the table's, or — under a multipath policy, for a UDP
+        packet from source port `sport` in traffic class `dscp` — the one its slots choose."""
         for name in (src, dst):
             if name not in self.declared.nodes:
                 raise RouteError(f"unknown node {name!r}")
-        return computation.tables.path(src, dst)
+        options = computation.options
+        multipath = dict(options.classes).get(dscp, options.policy) != "static"
+        if sport is None or not multipath:
+            return computation.tables.path(src, dst)
+        tables = computation.tables
+        subnet = tables.subnet
+        levels = switch_levels(subnet).tolist()
+
+        def choose(switch: int, lid: int, port: int) -> int:
+            target = subnet.lid_target(lid)[0]
+            if target == switch:
+                return port
+            bits = np.unpackbits(tables.alt[switch, target], count=subnet.n_ports)
+            ports = tuple(int(p) for p in np.flatnonzero(bits))
+            if len(ports) < 2:
+                return port
+            sets = computation.weights.get(subnet.switch_names[switch], {})
+            assignment = sets.get(ports) or even_assignment(ports)
+            return assignment[(sport >> slot_shift(levels[switch])) & (SLOTS - 1)]
+
+        return tables.path(src, dst, choose)
 
     def lft(self, computation: Computation, switch: str) -> dict[int, int]:
         if switch not in self.dpids:

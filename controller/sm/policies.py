@@ -277,7 +277,9 @@ class PolicyChoice:
         return dict(self.classes).get(dscp, self.name)
 
 
-def class_map(classes: Mapping[str, str] | Mapping[int, str] | None) -> tuple[tuple[int, str], ...]:
+def class_map(
+    classes: Mapping[str, str] | Mapping[int, str] | Mapping[int | str, str] | None,
+) -> tuple[tuple[int, str], ...]:
     """{"26": "static"} (JSON) or {26: "static"} -> sorted (dscp, policy) pairs; keys checked."""
     if not classes:
         return ()

@@ -97,6 +97,18 @@ def apply_policy_overrides(config: Config, overrides: dict[str, Any]) -> Config:
     return replace(config, options=options, policy_params=choice.params)
 
 
+def policy_argv(args: argparse.Namespace) -> list[str]:
+    """The policy options given on this command line, for the controller it starts."""
+    argv: list[str] = []
+    for name in ("policy", "interval_ms", "threshold", "hysteresis"):
+        value = getattr(args, name, None)
+        if value is not None:
+            argv += [_OPTION[name], str(value)]
+    for item in getattr(args, "policy_class", []) or []:
+        argv += ["--policy-class", item]
+    return argv
+
+
 def list_policies(args: argparse.Namespace) -> int:
     for cls in default_policies():
         flags = [f for f, on in (("multipath", cls.multipath), ("per-packet", cls.per_packet),
@@ -111,5 +123,6 @@ __all__ = [
     "choose",
     "list_policies",
     "option_error",
+    "policy_argv",
     "policy_overrides",
 ]
