@@ -100,10 +100,13 @@ def _run_once(
     progress(0.0, "starting controller")
     ctl.start()
     net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scenario.scale,
-                        name_prefix=run_name_prefix())  # fmt: skip
+                        name_prefix=run_name_prefix(), buffer_packets=spec.buffer_packets)  # fmt: skip
     try:
         progress(0.02, "building the fabric")
-        net.start()
+        try:
+            net.start()
+        except UnicodeDecodeError:  # Mininet's RemoteController probe decodes the OpenFlow HELLO as text
+            net.start()  # start() tore down what it built; once more (the reliability work removes the probe)
         timings.update({k: round(v, 3) for k, v in net.timings.items()})
         ctl.ready(len(fabric.switches))
         timings["tables_installed_s"] = round(time.perf_counter() - start, 3)
@@ -242,6 +245,7 @@ def _flow_results(
                 "loss_pct": round(100.0 * lost / tx["sent"], 3) if tx["sent"] else 0.0,
                 "out_of_order": rx["out_of_order"],
                 "reorder_max": rx.get("reorder_max", 0),
+                "send_errors": tx.get("send_errors", 0),
                 "entropy": flow.entropy,
                 "sport": flow.sport,
                 "goodput_mbps": round(rx["bytes"] * 8 / flow.duration_s / 1e6, 3),

@@ -198,6 +198,8 @@ class ScenarioSpec(_Strict):
     repetitions: Annotated[int, Field(ge=1, le=100)] = 1
     seed: int = 0
     poll_interval_s: Annotated[float, Field(ge=0.1, le=60)] = 0.5
+    #: Queue of every shaped switch port, in packets (a switch's buffer); default: the interface's 1000.
+    buffer_packets: Annotated[int, Field(ge=2, le=100_000)] | None = None
     settle_s: Annotated[float, Field(ge=0, le=60)] = 1.0
     traffic: list[Traffic] = []
     faults: list[Fault] = []
