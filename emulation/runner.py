@@ -100,7 +100,8 @@ def _run_once(
     progress(0.0, "starting controller")
     ctl.start()
     net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scenario.scale,
-                        name_prefix=run_name_prefix(), buffer_packets=spec.buffer_packets)  # fmt: skip
+                        name_prefix=run_name_prefix(), buffer_packets=spec.buffer_packets,
+                        burst_bytes=spec.burst_bytes)  # fmt: skip
     try:
         progress(0.02, "building the fabric")
         try:

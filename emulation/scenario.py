@@ -200,6 +200,8 @@ class ScenarioSpec(_Strict):
     poll_interval_s: Annotated[float, Field(ge=0.1, le=60)] = 0.5
     #: Queue of every shaped switch port, in packets (a switch's buffer); default: the interface's 1000.
     buffer_packets: Annotated[int, Field(ge=2, le=100_000)] | None = None
+    #: What a shaped link may send above its rate after a pause (HTB's bucket); default 64 KB.
+    burst_bytes: Annotated[int, Field(ge=1600, le=1 << 24)] | None = None
     settle_s: Annotated[float, Field(ge=0, le=60)] = 1.0
     traffic: list[Traffic] = []
     faults: list[Fault] = []
