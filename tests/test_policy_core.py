@@ -268,3 +268,22 @@ def test_a_bad_saved_policy_is_refused_naming_file_and_field(
     (tmp_path / "controller-state.json").write_text(json.dumps({**data, **patch}))
     with pytest.raises(StateError, match=f"controller-state.json: {field}: "):
         FabricService.for_fabric(fat_tree(4), StateStore(tmp_path))
+
+
+def test_changes_among_multipath_policies_reprogram_nothing_but_reset_adaptive_weights() -> None:
+    d = driven(fat_tree(4), "ecmp")
+    for policy in ("spray", "adaptive"):
+        d.feed(PolicyRequested(1, PolicyChoice(policy)), now=1.0)
+        (record, *_) = reversed(d.records(RecordKind.POLICY_CHANGE))
+        assert record.policy == policy and record.flow_mods == 0 and record.switches_updated == 0
+        assert d.state.current is not None and d.state.current.slot_sets == 16  # every set still known
+    counters = Counters(d)
+    counters.feed(0.1, {})
+    up_a, up_b = leaf1_uplinks(d)
+    counters.feed(0.1, {("leaf1", up_a): 0.95, ("leaf1", up_b): 0.1})
+    assert d.records(RecordKind.ADAPTIVE_MOVE)
+    d.feed(PolicyRequested(2, PolicyChoice("spray")), now=2.0)  # spraying means even weights again
+    (record, *_) = reversed(d.records(RecordKind.POLICY_CHANGE))
+    assert record.switches_updated == 1 and record.flow_mods and record.flow_mods <= SLOTS // 2
+    assert split(d, "h1", "h16") == {up_a: 128, up_b: 128}
+    d.assert_holds_desired()

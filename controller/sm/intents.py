@@ -182,6 +182,12 @@ class ForwardingOptions:
         """Some traffic uses the slot tables (the fabric's policy or a class's)."""
         return self.multipath or any(name != "static" for _, name in self.classes)
 
+    @property
+    def tables_key(self) -> tuple[object, ...]:
+        """What the switches' programs depend on: ecmp, spray and adaptive compile alike (with even
+        weights), so a change among them reprograms nothing."""
+        return (self.fast_failover, self.multipath, tuple((d, p != "static") for d, p in self.classes))
+
 
 def diff(installed: SwitchProgram | None, desired: SwitchProgram) -> SwitchDelta:
     """What turns `installed` (what the switch holds, as read back or last confirmed) into `desired`."""
@@ -284,15 +290,16 @@ def compile_programs(
         mine = weights.get(name, {})
         if reusable and previous is not None and name in previous[1]:
             old = previous[0]
-            same_weights = (previous_weights or {}).get(name, {}) == mine
+            same_weights = _skewed((previous_weights or {}).get(name, {})) == _skewed(mine)
             if (
                 same_weights
                 and np.array_equal(old.lft[s], tables.lft[s])
                 and np.array_equal(old.alt[s], tables.alt[s])
             ):
                 programs[name] = previous[1][name]
-                if mine:
-                    assignments[name] = dict(mine)
+                installed = (previous_weights or {}).get(name) or mine  # what that program was compiled with
+                if installed:
+                    assignments[name] = dict(installed)
                     keys[name] = (previous_keys or {}).get(name, {})
                 continue
         shift = slot_shift(int(levels[s])) if levels is not None else 0
@@ -303,6 +310,11 @@ def compile_programs(
             assignments[name] = used
             keys[name] = slot_keys
     return programs, assignments, keys
+
+
+def _skewed(sets: Mapping[tuple[int, ...], Assignment]) -> dict[tuple[int, ...], Assignment]:
+    """The sets whose assignment is not the even one (what makes two programs differ)."""
+    return {ports: a for ports, a in sets.items() if a != even_assignment(ports)}
 
 
 def switch_levels(subnet: Subnet) -> npt.NDArray[np.int64]:

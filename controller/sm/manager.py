@@ -149,13 +149,19 @@ class SubnetContext:
         reuse = None
         weights: Weights | None = None
         keys = None
-        if previous is not None and previous.engine == engine and previous.options == options:
+        if (
+            previous is not None
+            and previous.engine == engine
+            and previous.options.tables_key == options.tables_key
+        ):
             reuse = (previous.tables, previous.programs)
-            weights = previous.weights
             keys = {k: dict(v) for k, v in previous.slot_keys.items()}
+            # adaptive weights carry over while the policy stays; any other change starts even
+            weights = previous.weights if previous.options == options else {}
         programs, assignments, slot_keys = compile_programs(
-            tables, self.addresses, self.dpids, options, generation, reuse, weights, weights, keys
-        )
+            tables, self.addresses, self.dpids, options, generation, reuse, weights,
+            previous.weights if reuse and previous is not None else None, keys,
+        )  # fmt: skip
         return Computation(
             generation=generation,
             engine=engine,
