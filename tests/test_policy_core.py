@@ -287,3 +287,28 @@ def test_changes_among_multipath_policies_reprogram_nothing_but_reset_adaptive_w
     assert record.switches_updated == 1 and record.flow_mods and record.flow_mods <= SLOTS // 2
     assert split(d, "h1", "h16") == {up_a: 128, up_b: 128}
     d.assert_holds_desired()
+
+
+def test_noise_neither_restores_early_nor_moves_on_one_burst() -> None:
+    """Samples are smoothed and a set gives slots back only after RESTORE_AFTER calm samples in a row: a
+    single quiet interval between busy ones restores nothing, and one burst on an otherwise quiet set is
+    halved by the smoothing."""
+    from controller.core.adaptive import RESTORE_AFTER
+
+    d = driven(fat_tree(4), "adaptive", threshold=0.7, hysteresis=0.2)
+    up_a, up_b = leaf1_uplinks(d)
+    counters = Counters(d)
+    counters.feed(0.1, {})
+    counters.feed(0.1, {("leaf1", up_a): 0.3, ("leaf1", up_b): 0.3})
+    counters.feed(0.1, {("leaf1", up_a): 1.0, ("leaf1", up_b): 0.3})  # one burst: smoothed to 0.65
+    assert not d.records(RecordKind.ADAPTIVE_MOVE)
+    counters.feed(0.1, {("leaf1", up_a): 1.0, ("leaf1", up_b): 0.3})  # it persists: 0.825 > 0.7
+    assert len(d.records(RecordKind.ADAPTIVE_MOVE)) == 1
+    counters.feed(0.1, {("leaf1", up_a): 0.6, ("leaf1", up_b): 0.6})  # the move's own interval: skipped
+    for _ in range(3):  # calm, busy, calm ...: never RESTORE_AFTER calm samples in a row
+        counters.feed(0.1, {("leaf1", up_a): 0.1, ("leaf1", up_b): 0.1})
+        counters.feed(0.1, {("leaf1", up_a): 0.1, ("leaf1", up_b): 1.6})
+    assert [m for m in d.records(RecordKind.ADAPTIVE_MOVE) if m.moves and "restore" in m.moves[0]] == []
+    for _ in range(RESTORE_AFTER + 2):
+        counters.feed(0.1, {("leaf1", up_a): 0.05, ("leaf1", up_b): 0.05})
+    assert [m for m in d.records(RecordKind.ADAPTIVE_MOVE) if m.moves and "restore" in m.moves[0]]

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from controller.core import adaptive
 from controller.core.events import (
     Command,
     CountersSampled,
@@ -63,11 +64,10 @@ from controller.core.state import (
     Record,
     RecordKind,
 )
-from controller.sm.adaptive import rebalance
 from controller.sm.engines.base import UnknownEngine
 from controller.sm.intents import ForwardingOptions, SwitchDelta, SwitchProgram, applied, rollout
 from controller.sm.manager import Computation, SubnetContext
-from controller.sm.policies import Assignment, PolicyChoice, PolicyError, PolicyParams, default_policies
+from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, default_policies
 from controller.sm.validation import DISCOVERY_GRACE_S
 from controller.state import SavedState
 from topologies.errors import InputError
@@ -541,88 +541,20 @@ class FabricCore:
 
     # --- adaptive routing ----------------------------------------------------------------------------------
 
-    def _slot_load(
-        self,
-        switch: str,
-        assignment: Assignment,
-        keys: tuple[Any, ...],
-        before: Mapping[tuple[str, Any], int],
-        now: Mapping[tuple[str, Any], int],
-        interval_s: float,
-    ) -> list[float] | None:
-        """Each slot's traffic over the interval as a share of its port's capacity; None when a counter is
-        missing or went backwards (a flow replaced since: its counter restarted)."""
-        if interval_s <= 0 or len(keys) != len(assignment):
-            return None
-        loads = []
-        for key, port in zip(keys, assignment, strict=True):
-            old, new = before.get((switch, key)), now.get((switch, key))
-            capacity = self.capacity_bps.get(PortRef(switch, port))
-            if old is None or new is None or new < old or not capacity:
-                return None
-            loads.append((new - old) * 8.0 / interval_s / capacity)
-        return loads
-
     def _counters(self, step: _Builder, event: CountersSampled) -> None:
-        """A counter sample: utilisation per switch port over the interval since the last one; under an
-        adaptive policy, moves for every slot table with a hot port (or back towards even weights)."""
+        """A counter sample: utilisation per switch port; under an adaptive policy, slot moves for every
+        slot table with a hot port (or back towards even weights), rolled out as one change."""
         state = step.state
-        names = self.context.switch_of_dpid
-        tx = {PortRef(names[d], p): b for (d, p), b in event.tx_bytes.items() if d in names}
-        load = state.load
-        utilisation: dict[PortRef, float] = {}
-        interval_s = event.at - load.at if load.at is not None else 0.0
-        if interval_s > 0:
-            for ref, now_bytes in tx.items():
-                before = load.tx_bytes.get(ref)
-                capacity = self.capacity_bps.get(ref)
-                if before is not None and capacity and now_bytes >= before:
-                    utilisation[ref] = (now_bytes - before) * 8.0 / interval_s / capacity
-        slot_bytes = {(names[d], key): b for (d, key), b in event.slot_bytes.items() if d in names}
-        previous_at, previous_slots = load.at, load.slot_bytes
-        load = replace(load, at=event.at, tx_bytes=tx, slot_bytes=slot_bytes, utilisation=utilisation,
-                       samples=load.samples + 1)  # fmt: skip
-        step.update(load=load)
-        current = state.current
-        if (
-            current is None
-            or not utilisation
-            or state.config.policy.multipath_policy != "adaptive"
-            or state.pending_change is not None
-        ):
+        decision = adaptive.sample(state, event, self.context.switch_of_dpid, self.capacity_bps, step.now)
+        step.update(load=decision.load)
+        if not decision.changed or state.current is None:
             return
-        params = state.config.policy_params
-        changed: dict[str, dict[tuple[int, ...], Assignment]] = {}
-        moves: list[str] = []
-        reasons: list[str] = []
-        moved_at = dict(load.moved_at)
-        for switch, sets in sorted(current.weights.items()):
-            if switch not in state.connected:
-                continue
-            for ports, assignment in sorted(sets.items()):
-                if previous_at is not None and moved_at.get((switch, ports), -1.0) >= previous_at:
-                    continue  # this interval saw the old and the new weights: wait for a clean one
-                live = {
-                    p: utilisation[PortRef(switch, p)] for p in ports if PortRef(switch, p) in utilisation
-                }
-                live = {p: u for p, u in live.items() if PortRef(switch, p) not in state.ports_down}
-                keys = current.slot_keys.get(switch, {}).get(ports, ())
-                slot_load = self._slot_load(switch, assignment, keys, previous_slots, slot_bytes, interval_s)
-                result = rebalance(switch, assignment, live, slot_load, params)
-                if result.moves:
-                    changed.setdefault(switch, dict(sets))[ports] = result.assignment
-                    moves += [str(m) for m in result.moves]
-                    if result.reason:
-                        reasons.append(result.reason)
-                    moved_at[(switch, ports)] = step.now
-        if not changed:
-            return
-        step.update(load=replace(load, moved_at=moved_at, moves=load.moves + len(moves)))
-        computation = self.context.reweight(current, changed)
-        step.update(current=computation, synced=state.synced - set(changed))
+        computation = self.context.reweight(state.current, decision.changed)
+        step.update(current=computation, synced=state.synced - set(decision.changed))
+        reasons = decision.reasons
         reason = "; ".join(reasons[:5]) + (f" (+{len(reasons) - 5} more)" if len(reasons) > 5 else "")
-        self._rollout(step, RecordKind.ADAPTIVE_MOVE, event.at, only=sorted(changed), reason=reason,
-                      moves=tuple(moves), policy="adaptive")  # fmt: skip
+        self._rollout(step, RecordKind.ADAPTIVE_MOVE, event.at, only=sorted(decision.changed),
+                      reason=reason, moves=decision.moves, policy="adaptive")  # fmt: skip
 
 
 def changed_destinations(previous: Computation | None, current: Computation) -> int | None:

@@ -127,6 +127,13 @@ class Load:
     utilisation: Mapping[PortRef, float] = field(default_factory=dict)
     #: (switch, set of ports) -> when its slots last moved: the next sample that covers the move is skipped.
     moved_at: Mapping[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)
+    #: Smoothed utilisation per switch port and load per slot flow (see `controller.core.adaptive`).
+    smoothed: Mapping[PortRef, float] = field(default_factory=dict)
+    slot_smoothed: Mapping[tuple[str, FlowKey], float] = field(default_factory=dict)
+    #: Ports whose history a move made stale: their next clean sample replaces it.
+    fresh: frozenset[PortRef] = frozenset()
+    #: (switch, set) -> calm samples in a row (none of its ports above the threshold).
+    calm: Mapping[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)
     samples: int = 0
     moves: int = 0
 

@@ -74,10 +74,12 @@ def rebalance(
     slot_load: Sequence[float] | None,
     params: PolicyParams,
     max_moves: int = MAX_MOVES,
+    restore: bool = True,
 ) -> Rebalanced:
     """New slot assignment for one set (see the module doc).  `utilisation`: port -> share of capacity, for
     the set's live ports; `slot_load`: per slot, its traffic as a share of a port's capacity (None: not
-    measured, nothing moves)."""
+    measured, nothing moves); `restore`: whether giving slots back is allowed now (the caller's hold-down:
+    the controller waits for a few calm samples in a row)."""
     ports = sorted(utilisation)
     if len(ports) < 2 or slot_load is None or len(slot_load) != len(assignment):
         return Rebalanced(assignment, ())
@@ -86,33 +88,33 @@ def rebalance(
         if port in held:
             held[port].append(slot)
     estimate = {p: float(utilisation[p]) for p in ports}
-    calm = params.threshold - params.hysteresis
+    calm_level = params.threshold - params.hysteresis
     result = list(assignment)
     moved: dict[tuple[int, int], int] = {}
     hottest = max(ports, key=lambda p: (estimate[p], -p))
     reason: str | None = None
-    restore = estimate[hottest] <= params.threshold
-    if not restore:
+    calm = estimate[hottest] <= params.threshold
+    if not calm:
         reason = f"{switch}:{hottest} at {estimate[hottest]:.0%} > {params.threshold:.0%}"
         for _ in range(max_moves):
             source = max(ports, key=lambda p: (estimate[p], -p))
             target = min(ports, key=lambda p: (estimate[p], p))
             gap = estimate[source] - estimate[target]
-            if source == target or estimate[source] <= calm:
+            if source == target or estimate[source] <= calm_level:
                 break
             fits = [s for s in held[source] if min(slot_load[s], gap - slot_load[s]) >= MIN_GAIN]
             if not fits:
                 break
             slot = min(fits, key=lambda s: (abs(gap / 2 - slot_load[s]), s))
             _move(slot, source, target, held, result, estimate, slot_load[slot], moved)
-    else:
+    elif restore:
         even = _even_counts(assignment, ports)
         donors = [p for p in ports if len(held[p]) > even[p]]
         takers = [p for p in ports if len(held[p]) < even[p]]
         if donors and takers:
             source = max(donors, key=lambda p: (len(held[p]) - even[p], -p))
             target = min(takers, key=lambda p: (estimate[p], p))
-            fits = [s for s in held[source] if estimate[target] + slot_load[s] <= calm]
+            fits = [s for s in held[source] if estimate[target] + slot_load[s] <= calm_level]
             if fits:
                 slot = min(fits, key=lambda s: (slot_load[s], s))
                 _move(slot, source, target, held, result, estimate, slot_load[slot], moved)
@@ -120,7 +122,7 @@ def rebalance(
     if not moved:
         return Rebalanced(assignment, ())
     moves = tuple(
-        Move(switch, s, t, n, float(utilisation[s]), float(utilisation[t]), restore)
+        Move(switch, s, t, n, float(utilisation[s]), float(utilisation[t]), calm)
         for (s, t), n in sorted(moved.items())
     )
     return Rebalanced(tuple(result), moves, reason)
