@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # first, so benchmarks/emulation.py never shadows the package
 
 from controller.sm.manager import SubnetManager  # noqa: E402
 from emulation.controlproc import ControllerProcess  # noqa: E402
