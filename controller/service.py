@@ -9,6 +9,11 @@ metrics read without locks and without ever waiting for a computation.
 Port-status, flow-removed and LLDP inputs that arrive together are handed over as one event (one
 recomputation for both ends of a cut cable or all ports of a dead switch, one read-back of a wiped switch)
 without reordering anything else.
+
+Port counters are polled every `stats_interval_s`, or every policy interval while the policy is
+``adaptive``; under adaptive routing each sample also goes to the core (`CountersSampled`), which decides
+moves.  At most one sample waits in the queue: a worker busy with a large recomputation skips samples
+rather than queueing stale ones (control stays bounded and off the forwarding path).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, Protocol
 
 from controller.core.events import (
     Command,
+    CountersSampled,
     Event,
     FlowRemoval,
     FlowsRemoved,
@@ -33,6 +39,7 @@ from controller.core.events import (
     LinksSeen,
     Log,
     LogLevel,
+    PolicyRequested,
     PortChange,
     PortsChanged,
     ProbeLinks,
@@ -52,9 +59,10 @@ from controller.core.events import (
 )
 from controller.core.fabric import FabricCore
 from controller.core.state import Config, FabricState
-from controller.sm.intents import FlowIntent, ForwardingOptions, GroupIntent, SwitchDelta
+from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
 from controller.sm.manager import SubnetContext
-from controller.state import StateStore
+from controller.sm.policies import PolicyChoice, PolicyError
+from controller.state import StateError, StateStore
 from topologies.model import Fabric
 
 LOG = logging.getLogger("fabriclab.controller")
@@ -77,6 +85,7 @@ class Southbound(Protocol):
     ) -> dict[int, str]: ...
     def probe_links(self, dpids: Iterable[int]) -> int: ...
     def port_stats(self, timeout_s: float = ...) -> dict[tuple[int, int], dict[str, int]]: ...
+    def slot_stats(self, timeout_s: float = ...) -> dict[tuple[int, FlowKey], int]: ...
 
 
 class Busy(RuntimeError):
@@ -123,7 +132,7 @@ class Published:
 
 @dataclass
 class _Request:
-    event: RoutingRequested
+    event: RoutingRequested | PolicyRequested
     future: Future[Any] = field(default_factory=Future)
     started: bool = False
     cancelled: bool = False
@@ -166,6 +175,8 @@ class FabricService:
         self._requests: dict[int, _Request] = {}
         self._requests_lock = threading.Lock()
         self._next_request = 1
+        #: A counter sample is queued and not yet handled (at most one waits).
+        self._sample_queued = threading.Event()
 
     @classmethod
     def for_fabric(
@@ -174,13 +185,19 @@ class FabricService:
         store: StateStore | None = None,
         config: Callable[[Config], Config] | None = None,
         lldp_interval_s: float = 10.0,
+        link_scale: float = 1.0,
         **kwargs: Any,
     ) -> FabricService:
         """A service for `fabric`: saved choices from `store` (if any), then `config(saved) -> chosen` (the
-        command line's overrides).  Raises StateError, GenerationExhausted or UnknownEngine up front."""
-        core = FabricCore(SubnetContext.build(fabric), lldp_ttl_s=3 * lldp_interval_s)
+        command line's overrides).  Raises StateError, GenerationExhausted, UnknownEngine or PolicyError
+        up front.  `link_scale`: see `FabricCore`."""
+        core = FabricCore(SubnetContext.build(fabric), lldp_ttl_s=3 * lldp_interval_s, link_scale=link_scale)
         saved = store.load() if store is not None else None
-        state = core.initial_state(saved)
+        try:
+            state = core.initial_state(saved)
+        except PolicyError as exc:
+            assert store is not None  # defaults are valid: only a saved policy can be bad
+            raise StateError(f"{store.path}: {exc}") from None
         if config is not None:
             state = core.initial_state(saved, config(state.config))
         return cls(core, state, store, lldp_interval_s=lldp_interval_s, **kwargs)
@@ -268,11 +285,20 @@ class FabricService:
     ) -> dict[str, Any]:
         """Change engine/options and reprogram the switches.  Raises the core's error for bad input,
         `StateNotSaved` when the choice could not be persisted, `Busy` when the worker is backed up."""
+        return self._ask(lambda request: RoutingRequested(request, engine, options), timeout_s)
+
+    def set_policy(self, choice: PolicyChoice, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Change the routing policy and reprogram the switches (same errors as `set_routing`)."""
+        return self._ask(lambda request: PolicyRequested(request, choice), timeout_s)
+
+    def _ask(
+        self, make: Callable[[int], RoutingRequested | PolicyRequested], timeout_s: float
+    ) -> dict[str, Any]:
         with self._requests_lock:
             waiting = sum(1 for r in self._requests.values() if not r.started)  # (the lock is not reentrant)
             if waiting >= MAX_PENDING_REQUESTS:
                 raise Busy(f"{waiting} routing changes are already waiting; try again shortly")
-            request = _Request(RoutingRequested(self._next_request, engine, options))
+            request = _Request(make(self._next_request))
             self._requests[request.event.request] = request
             self._next_request += 1
         self._queue.put(request.event)
@@ -324,7 +350,9 @@ class FabricService:
                 item.set_result(None)
                 continue
             event = self._coalesce(item)
-            if isinstance(event, RoutingRequested):
+            if isinstance(event, CountersSampled):
+                self._sample_queued.clear()
+            if isinstance(event, RoutingRequested | PolicyRequested):
                 with self._requests_lock:
                     request = self._requests.get(event.request)
                     if request is None or request.cancelled:
@@ -341,7 +369,7 @@ class FabricService:
                 step = self.core.handle(self._state, self.clock(), current)
             except Exception as exc:  # a bug: keep the old state, tell a waiting caller, carry on
                 LOG.exception("handling %s failed", type(current).__name__)
-                if isinstance(current, RoutingRequested):
+                if isinstance(current, RoutingRequested | PolicyRequested):
                     self._reply(Reply(current.request, error=exc))
                 continue
             self._state = step.state
@@ -403,14 +431,30 @@ class FabricService:
         while not self._stop.wait(self.lldp_interval_s):
             self._queue.put(Tick())
 
+    def poll_interval_s(self) -> float:
+        """The policy's interval under adaptive routing, else `stats_interval_s`."""
+        config = self._published.state.config
+        if config.policy.multipath_policy == "adaptive":
+            return config.policy_params.interval_ms / 1000.0
+        return self.stats_interval_s
+
     def _stats_loop(self) -> None:
         names = self.context.switch_of_dpid
-        while not self._stop.wait(self.stats_interval_s):
+        next_at = time.monotonic()
+        while True:
+            interval = self.poll_interval_s()
+            next_at = max(next_at + interval, time.monotonic())  # a fixed cadence; never catch up in bursts
+            if self._stop.wait(max(0.0, next_at - time.monotonic())):
+                return
             sb = self.southbound
             if sb is None:
                 continue
+            adaptive = self._published.state.config.policy.multipath_policy == "adaptive"
+            timeout = max(0.5, min(2.0, interval))
             try:
-                raw = sb.port_stats()
+                raw = sb.port_stats(timeout_s=timeout)
+                slots = sb.slot_stats(timeout_s=timeout) if adaptive else {}
+                at = self.clock()
             except Exception:
                 LOG.exception("polling port counters failed")
                 continue
@@ -419,7 +463,11 @@ class FabricService:
                 for (dpid, port), c in raw.items()
                 if dpid in names
             }
-            self._publish(stats=PortStats(self.clock(), counters))
+            self._publish(stats=PortStats(at, counters))
+            if adaptive and not self._sample_queued.is_set():
+                self._sample_queued.set()
+                tx = {key: int(c.get("tx_bytes", 0)) for key, c in raw.items()}
+                self._queue.put(CountersSampled(at, tx, slots))
 
 
 _COUNTER_FIELDS = tuple(PortCounters.__dataclass_fields__)

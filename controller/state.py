@@ -1,7 +1,9 @@
 """What the controller persists in --state-dir: operator choices that must survive a restart.
 
-Only decisions live here (routing engine, forwarding options, the table generation counter so cookies keep
-increasing); everything else is recomputed from the topology and read back from the switches.
+Only decisions live here (routing engine, forwarding options, routing policy and its parameters, the table
+generation counter so cookies keep increasing); everything else is recomputed from the topology and read
+back from the switches.  Files written before routing policies existed load with the policy their
+`multipath` flag meant (true: ecmp, false: static) and default parameters.
 
 - A save is atomic and durable: a new file with a unique name in the same directory, fsync, rename over the
   old one, fsync of the directory.  Two writers never share a temporary file, a crash leaves the old state
@@ -45,9 +47,24 @@ class SavedState:
     fast_failover: bool
     multipath: bool
     generation: int
+    #: Routing policy and its parameters ("" = the policy `multipath` names: older files).
+    policy: str = ""
+    interval_ms: int = 100
+    threshold: float = 0.7
+    hysteresis: float = 0.1
+    #: Per-DSCP policy exceptions as {"26": "static"}.
+    classes: dict[str, str] | None = None
 
 
 _FIELDS: dict[str, type] = {"engine": str, "fast_failover": bool, "multipath": bool, "generation": int}
+#: Fields added later: optional when loading (older files), always written.
+_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "policy": (str,),
+    "interval_ms": (int,),
+    "threshold": (float, int),
+    "hysteresis": (float, int),
+    "classes": (dict,),
+}
 
 
 class StateStore:
@@ -129,7 +146,7 @@ class StateStore:
             raise StateError(f"{self.path}: state must be a JSON object")
         if data.get("format") != FORMAT:
             raise StateError(f"{self.path}: format: expected {FORMAT}, got {_short(data.get('format'))}")
-        unknown = set(data) - set(_FIELDS) - {"format"}
+        unknown = set(data) - set(_FIELDS) - set(_OPTIONAL) - {"format"}
         if unknown:
             raise StateError(f"{self.path}: {_short(sorted(unknown)[0])}: unknown field")
         values: dict[str, Any] = {}
@@ -141,6 +158,17 @@ class StateStore:
                 raise StateError(f"{self.path}: {name}: expected {kind.__name__}, got {_short(value)}")
             values[name] = value
         check_generation(values["generation"], self.path, loading=True)
+        for name, kinds in _OPTIONAL.items():
+            if name in data:
+                value = data[name]
+                if type(value) not in kinds:
+                    raise StateError(
+                        f"{self.path}: {name}: expected {kinds[0].__name__}, got {_short(value)}"
+                    )
+                values[name] = value
+        classes = values.get("classes")
+        if classes is not None and not all(isinstance(v, str) for v in classes.values()):
+            raise StateError(f"{self.path}: classes: expected {{DSCP: policy name}}")
         return SavedState(**values)
 
     # --- writing -------------------------------------------------------------------------------------
@@ -149,7 +177,8 @@ class StateStore:
         """Persist `state` atomically and durably, or raise `StateError` having changed nothing on disk
         (no partial file, no temporary file left behind)."""
         check_generation(state.generation, self.path)
-        text = json.dumps({"format": FORMAT, **state.__dict__}, indent=2) + "\n"
+        data = {"format": FORMAT, **{k: v for k, v in state.__dict__.items() if v is not None}}
+        text = json.dumps(data, indent=2) + "\n"
         tmp = self.directory / f".{STATE_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

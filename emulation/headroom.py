@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -170,11 +171,20 @@ def assess(
     latency_p99_ms: float | None = None,
     offered_pps: Mapping[str, float] | None = None,
     capacity: Mapping[str, Any] | None = None,
+    *,
+    received_packets: int | None = None,
+    fault_window_losses: int = 0,
+    tx_buffer_peak: float | None = None,
 ) -> dict[str, Any]:
     """The headroom verdict of one run (see the module docstring).  `faulted_interfaces` are interfaces
     (switch ports as named in the root namespace, host ports as `host/intf`) of links cut by faults;
     `offered_pps` is the load asked for (`per_host` peak and `total`), compared with `capacity` (a
-    calibration, see `emulation.calibrate`)."""
+    calibration, see `emulation.calibrate`).
+
+    With `received_packets`, packets are also conserved: what was sent and neither arrived nor was dropped
+    by a shaped (modelled) link, a cut cable (`fault_window_losses`: lost right after a fault) or a counted
+    emulator drop was lost inside the emulator all the same ("unaccounted": OVS drops some packets under
+    CPU starvation without any counter saying so).  `tx_buffer_peak` is `TxBufferSampler`'s reading."""
     faulted = set(faulted_interfaces)
 
     def split(b: Mapping[str, int], a: Mapping[str, int]) -> tuple[int, int]:
@@ -192,6 +202,10 @@ def assess(
         "host_udp_rcvbuf_overflow": rcvbuf,
         "host_packet_socket_overflow": host_sockets,
     }
+    if received_packets is not None:
+        lost = max(0, offered_packets - received_packets)
+        explained = shaped + sockets_faulted + interfaces_faulted + shaped_faulted + fault_window_losses
+        by_cause["unaccounted"] = max(0, lost - explained - sum(by_cause.values()))
     emulator = sum(by_cause.values())
     share = emulator / offered_packets if offered_packets else 0.0
     reasons = []
@@ -217,6 +231,13 @@ def assess(
         "fault_drops": sockets_faulted + interfaces_faulted + shaped_faulted,
         "probe_latency_p99_ms": latency_p99_ms,
     }
+    if received_packets is not None:
+        result["received_packets"] = received_packets
+        result["lost_in_fault_windows"] = fault_window_losses
+    if tx_buffer_peak is not None:
+        # OVS sends every port's packets through one packet socket whose send buffer the packets queued in
+        # shaped links hold: full, OVS drops on every port without counting it
+        result["ovs_tx_buffer_peak"] = tx_buffer_peak
     if offered_pps is not None:
         result["offered_pps"] = dict(offered_pps)
     if capacity is not None:
@@ -226,4 +247,52 @@ def assess(
     return result
 
 
-__all__ = ["CLEAN_LOSS", "DELAY_BOUND_MS", "Counters", "HostNs", "assess", "capacity_ratio", "snapshot"]
+class TxBufferSampler:
+    """The fullest OVS's shared transmit socket got (used / size of its send buffer), sampled every
+    `interval_s` while the traffic runs: the unbound packet socket (`ss -0`: `[0]:*`) through which
+    ovs-vswitchd's userspace datapath sends to every port.  Near 1.0 it refuses packets for all ports."""
+
+    def __init__(self, interval_s: float = 0.25) -> None:
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval_s,), name="txbuf", daemon=True)
+        self._thread.start()
+
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            out = subprocess.run(["ss", "-0", "-m", "-n", "-H"], capture_output=True, text=True, check=False)
+            self.peak = max(self.peak, tx_buffer_fill(out.stdout))
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join(2)
+        return round(self.peak, 3)
+
+
+def tx_buffer_fill(ss_output: str) -> float:
+    """Used / size of the send buffer of OVS's unbound packet socket in `ss -0 -m` output (0 if absent)."""
+    fill = 0.0
+    for line in ss_output.splitlines():
+        if "[0]:*" not in line or "skmem:(" not in line:
+            continue
+        memory = {}
+        for item in line.split("skmem:(", 1)[1].split(")")[0].split(","):
+            name = item.rstrip("0123456789")
+            memory[name] = item[len(name) :]
+        used, size = memory.get("t", ""), memory.get("tb", "")
+        if used.isdigit() and size.isdigit() and int(size):
+            fill = max(fill, int(used) / int(size))
+    return fill
+
+
+__all__ = [
+    "CLEAN_LOSS",
+    "DELAY_BOUND_MS",
+    "Counters",
+    "HostNs",
+    "TxBufferSampler",
+    "assess",
+    "capacity_ratio",
+    "snapshot",
+    "tx_buffer_fill",
+]

@@ -162,10 +162,17 @@ class MininetFabric:
         prefix_len: int = IPV4_PREFIX_LEN,
         inactivity_probe_ms: int = 30000,
         name_prefix: str = "",
+        buffer_packets: int | None = None,
+        burst_bytes: int | None = None,
     ) -> None:
         """`name_prefix` gives every Mininet node (so every bridge and interface) a short name of its own,
         `{prefix}s{i}`/`{prefix}h{i}`, so that two fabrics of the same topology can share a network namespace
-        and an OVS (a scenario run beside `emulate up`); otherwise topology names are used where they fit."""
+        and an OVS (a scenario run beside `emulate up`); otherwise topology names are used where they fit.
+        `buffer_packets` bounds each shaped switch port's queue (a switch's buffer; default: the interface's
+        1000 packets, seconds of queueing at emulated speeds); `burst_bytes` what each shaped link may send
+        above its rate after a pause (HTB's bucket; default 64 KB, a whole second of a 500 kb/s link)."""
+        self.buffer_packets = buffer_packets
+        self.burst_bytes = burst_bytes
         self.fabric = fabric
         self.addresses = addresses
         self.controller = controller
@@ -317,14 +324,20 @@ class MininetFabric:
         re-applies them after OVS starts (~60 s for a k=8 fat-tree; this takes a few seconds)."""
         root: list[str] = []
         per_host: dict[str, list[str]] = {}
+        burst = f"{self.burst_bytes}b" if self.burst_bytes is not None else "64k"
         for link in self.fabric.links:
             rate = f"{scale.mbps(link.bw_gbps):.3f}mbit"
             for end in (link.a, link.b):
                 dev = self.intf_name(end.node, end.port)
                 lines = [
                     f"qdisc replace dev {dev} root handle 5: htb default 1",
-                    f"class replace dev {dev} parent 5: classid 5:1 htb rate {rate} burst 64k",
+                    f"class replace dev {dev} parent 5: classid 5:1 htb rate {rate} burst {burst}",
                 ]
+                switch_side = not self.fabric.nodes[end.node].is_host
+                if self.buffer_packets is not None and switch_side:
+                    lines.append(
+                        f"qdisc replace dev {dev} parent 5:1 handle 10: pfifo limit {self.buffer_packets}"
+                    )
                 if self.fabric.nodes[end.node].is_host:
                     per_host.setdefault(end.node, []).extend(lines)
                 else:

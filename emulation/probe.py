@@ -1,14 +1,21 @@
 """Sequence-numbered UDP probe flows, run inside emulated hosts (`python -m emulation.probe ...`).
 
-    probe send DST_IP PORT RATE_PPS DURATION_S [SIZE_BYTES]   # prints {"sent": N, "start": t0}
+    probe send DST_IP PORT RATE_PPS DURATION_S [SIZE_BYTES] [--sport N | --spray OFFSET]
     probe recv PORT DURATION_S [BUCKET_S]                     # prints the receiver's record (JSON)
+
+`--sport N` sends from a fixed source port (a flow's entropy, chosen by the run so that hash placement is
+the same every time); `--spray OFFSET` gives every packet another source port (`traffic.entropy`), as a
+RoCE NIC spraying over multipath does.  Both write the UDP header themselves on a raw IP socket (the kernel
+adds the IP header; checksum 0, which IPv4 allows), so any port is possible without a socket per port.
+The receiver counts packets that arrive behind a later one (`out_of_order`) and how far behind the
+furthest was (`reorder_max`): spraying reorders, and RoCE pays for it.
 
 The receiver is the truth about loss: OVS's userspace datapath can drop without counting it in port
 statistics.  It reports arrivals per time bucket (throughput over time) and every gap in the sequence with
-the wall-clock times around it (loss windows, to line up with faults).  The sender wakes every ~0.5 ms and
-sends what is due: exact rate on average, a few packets per burst, and no core burnt busy-waiting (on a
-2-core machine busy-waiting senders starve ovs-vswitchd's forwarding thread and cause the loss they are
-meant to measure).
+the wall-clock times around it (loss windows, to line up with faults).  The sender sleeps until the next
+packet is due (at least ~0.5 ms) and sends what is due: exact rate on average, a few packets per burst, and
+no core burnt busy-waiting (on a 2-core machine busy-waiting senders starve ovs-vswitchd's forwarding
+thread and cause the loss they are meant to measure).
 """
 
 from __future__ import annotations
@@ -20,15 +27,32 @@ import sys
 import time
 from typing import Any
 
+from traffic.entropy import spray_sport
 from traffic.fastpath import receive_buffer
 
 _HEADER = struct.Struct("!Qd")  # sequence number, send time
+_UDP = struct.Struct("!HHHH")  # source port, destination port, length, checksum
 
 
-def send(dst: str, port: int, rate_pps: float, duration_s: float, size: int = 64) -> dict[str, Any]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def send(
+    dst: str,
+    port: int,
+    rate_pps: float,
+    duration_s: float,
+    size: int = 64,
+    sport: int | None = None,
+    spray: int | None = None,
+) -> dict[str, Any]:
+    """`size` is the UDP payload.  With `sport` or `spray` (an offset into the spray sequence) the UDP header
+    is ours: a fixed source port, or another one for every packet."""
+    raw = sport is not None or spray is not None
+    if raw:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+    else:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     interval = 1.0 / rate_pps
     pad = bytes(max(0, size - _HEADER.size))
+    length = _UDP.size + _HEADER.size + len(pad)
     wall0, start = time.time(), time.perf_counter()
     end = start + duration_s
     seq = errors = 0
@@ -38,13 +62,22 @@ def send(dst: str, port: int, rate_pps: float, duration_s: float, size: int = 64
             break
         due = int((now - start) / interval) + 1  # packets that should have left by now
         while seq < due:
+            body = _HEADER.pack(seq, wall0 + (now - start)) + pad
             try:
-                sock.sendto(_HEADER.pack(seq, time.time()) + pad, (dst, port))
+                if raw:
+                    source = sport if spray is None else spray_sport(seq, spray)
+                    sock.sendto(_UDP.pack(source, port, length, 0) + body, (dst, 0))
+                else:
+                    sock.sendto(body, (dst, port))
             except OSError:  # ENOBUFS under load: loss at the receiver, as it should be
                 errors += 1
             seq += 1
-        time.sleep(0.0005)
-    return {"sent": seq, "start": wall0, "rate_pps": rate_pps, "size": size, "send_errors": errors}
+        # sleep until the next packet is due (at least 0.5 ms: a few packets per wake-up at high rates), so a
+        # slow flow costs a few hundred wake-ups a second, not two thousand
+        time.sleep(min(0.01, max(0.0005, seq * interval - (time.perf_counter() - start))))
+    entropy = "spray" if spray is not None else ("fixed" if sport is not None else "kernel")
+    return {"sent": seq, "start": wall0, "rate_pps": rate_pps, "size": size, "entropy": entropy,
+            "send_errors": errors}  # fmt: skip
 
 
 def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = None) -> dict[str, Any]:
@@ -56,7 +89,8 @@ def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = No
         ready()
     end = time.monotonic() + duration_s
     last_seq, last_time = -1, 0.0
-    received = out_of_order = 0
+    received = out_of_order = reorder_max = 0
+    last_arrival = 0.0
     bytes_total = 0
     buckets: dict[int, int] = {}
     gaps: list[dict[str, float]] = []
@@ -73,11 +107,13 @@ def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = No
         seq, sent = _HEADER.unpack_from(data)
         delays.append(now - sent)  # one clock for every namespace: a true one-way delay
         received += 1
+        last_arrival = now
         bytes_total += len(data)
         first = now if first is None else first
         buckets[int(now / bucket_s)] = buckets.get(int(now / bucket_s), 0) + 1
         if seq < last_seq:
             out_of_order += 1
+            reorder_max = max(reorder_max, last_seq - seq)
             continue
         if seq > last_seq + 1 and last_seq >= 0:
             gaps.append({"after_seq": last_seq, "missing": seq - last_seq - 1, "from": last_time, "to": now})
@@ -87,7 +123,9 @@ def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = No
         "bytes": bytes_total,
         "max_seq": last_seq,
         "out_of_order": out_of_order,
+        "reorder_max": reorder_max,
         "first": first,
+        "last": last_arrival,
         "bucket_s": bucket_s,
         "buckets": sorted(buckets.items()),
         "gaps": gaps,
@@ -108,8 +146,16 @@ def _percentiles(delays: list[float]) -> dict[str, float] | None:
 
 def main(argv: list[str]) -> int:
     if argv[0] == "send":
+        sport = spray = None
+        if "--sport" in argv:
+            sport = int(argv.pop(argv.index("--sport") + 1))
+            argv.remove("--sport")
+        if "--spray" in argv:
+            spray = int(argv.pop(argv.index("--spray") + 1))
+            argv.remove("--spray")
         size = int(argv[5]) if len(argv) > 5 else 64
-        print(json.dumps(send(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), size)), flush=True)
+        result = send(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), size, sport, spray)
+        print(json.dumps(result), flush=True)
     elif argv[0] == "recv":
         bucket = float(argv[3]) if len(argv) > 3 else 0.1
         result = receive(int(argv[1]), float(argv[2]), bucket, ready=lambda: print("ready", flush=True))

@@ -10,6 +10,7 @@ not barriered: this measures the fabric carrying the collective's traffic matrix
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -34,6 +35,8 @@ class _Collective:
 @dataclass
 class RoceRun:
     collectives: list[_Collective]
+    #: Source hosts whose senders vary the UDP source port per packet (the policy sprays).
+    spraying: set[str] = field(default_factory=set)
     receivers: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     senders: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     #: Frames each receiver's socket dropped (buffer full): the emulator's, counted before the socket closed.
@@ -53,7 +56,8 @@ def prepare(scenario: Scenario) -> RoceRun:
             pairs[(src, dst)] = (qp, -(-size // item.mtu))
             qp += 1
         collectives.append(_Collective(item, plan, pairs))
-    return RoceRun(collectives)
+    spraying = {src for c in collectives if scenario.sprays(c.item.entropy) for src, _ in c.pairs}
+    return RoceRun(collectives, spraying)
 
 
 def start_receivers(run: RoceRun, net: MininetFabric, seconds: float) -> None:
@@ -100,13 +104,17 @@ def start_senders(run: RoceRun, net: MininetFabric, work: Path) -> None:
         mac, ip = net.addresses[(src, 1)]
         argv = [sys.executable, "-m", "traffic.agent", "send-many", net.intf_name(src, 1), "--src-mac", mac,
                 "--src-ip", ip, "--streams", str(path), "--rate", str(rate[src]),
-                "--size", str(mtu[src])]  # fmt: skip
+                "--size", str(mtu[src]), *(["--spray"] if src in run.spraying else [])]  # fmt: skip
         run.senders[src] = net.popen(src, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
 def finish(run: RoceRun) -> list[dict[str, Any]]:
+    starts = []
     for proc in run.senders.values():
-        proc.communicate(timeout=120)
+        out = proc.communicate(timeout=120)[0]
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            starts.append(float(json.loads(out)["start"]))
+    start = min(starts, default=None)
     received: dict[str, dict[str, Any]] = {}
     for host, proc in run.receivers.items():
         report = json.loads(proc.communicate(timeout=120)[0])
@@ -116,6 +124,7 @@ def finish(run: RoceRun) -> list[dict[str, Any]]:
     for c in run.collectives:
         expected = got = lost = out_of_order = bad = 0
         first, last = float("inf"), 0.0
+        fcts: list[float] = []
         for (_, dst), (qp, packets) in c.pairs.items():
             stats = received.get(dst, {}).get(str(qp))
             expected += packets
@@ -125,6 +134,8 @@ def finish(run: RoceRun) -> list[dict[str, Any]]:
                 out_of_order += stats["out_of_order"]
                 bad += stats["bad_icrc"]
                 first, last = min(first, stats["first"]), max(last, stats["last"])
+                if start is not None:
+                    fcts.append(round(stats["last"] - start, 4))  # this QP's transfer: start to last byte
             else:
                 lost += packets
         seconds = last - first if got else 0.0
@@ -144,6 +155,8 @@ def finish(run: RoceRun) -> list[dict[str, Any]]:
                 "seconds": round(seconds, 4),
                 "algbw_gbps": float(f"{algbw:.6g}"),
                 "busbw_gbps": float(f"{algbw * bus_factor(c.plan.kind, n):.6g}"),
+                "qp_fct_s": sorted(fcts),
+                "sprayed": any(src in run.spraying for src, _ in c.pairs),
             }
         )
     return results

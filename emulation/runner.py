@@ -24,7 +24,7 @@ from typing import Any
 from controller.sm.manager import SubnetManager
 from emulation import rocerun
 from emulation.controlproc import ControllerProcess
-from emulation.headroom import assess, capacity_ratio, snapshot
+from emulation.headroom import TxBufferSampler, assess, capacity_ratio, snapshot
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
 from emulation.report import write_outputs
@@ -33,6 +33,8 @@ from topologies.tiers import Tiers
 
 BASE_PORT = 6000
 Progress = Callable[[float, str], None]
+#: Loss in the second after a fault is the fault's (failover, reroute), not the emulator's.
+FAULT_WINDOW_S = 1.0
 
 
 def offered_load(scenario: Scenario, flows: list[FlowPlan]) -> dict[str, float]:
@@ -73,9 +75,11 @@ def run_scenario(
     out_dir: Path,
     progress: Progress | None = None,
     capacity: dict[str, Any] | None = None,
+    write: bool = True,
 ) -> dict[str, Any]:
-    """Run every repetition and write the results folder.  `capacity` is the fabric's calibration
-    (`emulation.calibrate`), if there is one: the load asked for is compared with it."""
+    """Run every repetition and write the results folder (unless `write` is False: a comparison writes its
+    own).  `capacity` is the fabric's calibration (`emulation.calibrate`), if there is one: the load asked
+    for is compared with it."""
     refused = emulator_refuses(scenario)
     if refused:  # before anything is built or written
         raise ScenarioError(refused, file=str(scenario.file))
@@ -105,7 +109,8 @@ def run_scenario(
         "warnings": warnings,
         "repetitions": reps,
     }
-    write_outputs(summary, out_dir)
+    if write:
+        write_outputs(summary, out_dir)
     progress(1.0, "done")
     return summary
 
@@ -123,10 +128,9 @@ def _run_once(
     spec, fabric = scenario.spec, scenario.fabric
     sm = SubnetManager(fabric)
     addresses = sm.addresses.as_strings()
-    args = ["--engine", spec.controller.engine]
-    args += [] if spec.controller.fast_failover else ["--no-fast-failover"]
-    args += ["--multipath"] if spec.controller.multipath else []
+    args = spec.controller.controller_args()
     args += ["--stats-interval", str(spec.poll_interval_s)]
+    args += ["--capacity-scale", str(scenario.scale)] if scenario.scale is not None else []
     topology = (scenario.file.parent / spec.topology).resolve()
     ctl = ControllerProcess(topology, work / "state", work / "controller.log", *args)
     timings: dict[str, float] = {}
@@ -134,10 +138,14 @@ def _run_once(
     progress(0.0, "starting controller")
     ctl.start()
     net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scenario.scale,
-                        name_prefix=run_name_prefix())  # fmt: skip
+                        name_prefix=run_name_prefix(), buffer_packets=spec.buffer_packets,
+                        burst_bytes=spec.burst_bytes)  # fmt: skip
     try:
         progress(0.02, "building the fabric")
-        net.start()
+        try:
+            net.start()
+        except UnicodeDecodeError:  # Mininet's RemoteController probe decodes the OpenFlow HELLO as text
+            net.start()  # start() tore down what it built; once more (the reliability work removes the probe)
         timings.update({k: round(v, 3) for k, v in net.timings.items()})
         ctl.ready(len(fabric.switches))
         timings["tables_installed_s"] = round(time.perf_counter() - start, 3)
@@ -146,10 +154,14 @@ def _run_once(
         bad = [f"{s}->{d}" for (s, d), ok in pairs.items() if not ok]
         progress(0.1, f"{len(pairs) - len(bad)}/{len(pairs)} pairs reachable")
         flows = scenario.flows(rep)
-        placement = {f.name: ctl.get(f"routes?src={f.src}&dst={f.dst}")["path"] for f in flows}
+        placement = {f.name: _placement(ctl, f) for f in flows}
         since = int(ctl.get("events")[-1]["id"]) if ctl.get("events") else 0
         before = snapshot(net.switch_interfaces(), net.headroom_hosts())
-        measured = _traffic_and_faults(scenario, net, ctl, flows, progress, work)
+        sampler = TxBufferSampler()
+        try:
+            measured = _traffic_and_faults(scenario, net, ctl, flows, progress, work)
+        finally:
+            tx_buffer_peak = sampler.stop()
         after = snapshot(net.switch_interfaces(), net.headroom_hosts())
         for host, drops in measured["receiver_socket_drops"].items():  # their sockets are closed by now
             after.host_socket_drops[host] = after.host_socket_drops.get(host, 0) + drops
@@ -162,8 +174,12 @@ def _run_once(
     offered = sum(int(f["sent"]) for f in flow_results)
     offered += sum(int(c["packets_expected"]) for c in measured["collectives"])
     p99s = [f["latency_ms"]["p99"] for f in flow_results if f.get("latency_ms")]
+    received = sum(int(f["received"]) for f in flow_results)
+    received += sum(int(c["packets_received"]) for c in measured["collectives"])
     headroom = assess(before, after, offered, faulted, max(p99s, default=None),
-                      offered_load(scenario, flows), capacity)  # fmt: skip
+                      offered_load(scenario, flows), capacity, received_packets=received,
+                      fault_window_losses=_fault_window_losses(flow_results, measured["faults"]),
+                      tx_buffer_peak=tx_buffer_peak)  # fmt: skip
     return {
         "repetition": rep + 1,
         "timings_s": timings,
@@ -176,6 +192,16 @@ def _run_once(
         "events": events,
         "utilisation": measured["utilisation"],
     }
+
+
+def _placement(ctl: ControllerProcess, flow: FlowPlan) -> str:
+    """Where the controller sends the flow: the table's path, the path of its source port under a multipath
+    policy, or "sprayed" when every packet has a port of its own."""
+    if flow.spray is not None:
+        return "sprayed"
+    sport = f"&sport={flow.sport}" if flow.sport is not None else ""
+    path: str = ctl.get(f"routes?src={flow.src}&dst={flow.dst}{sport}")["path"]
+    return path
 
 
 def _traffic_and_faults(
@@ -225,6 +251,8 @@ def _traffic_and_faults(
             flow = flows[i]
             argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[flow.dst], str(BASE_PORT + i),
                     str(flow.rate_pps), str(flow.duration_s), str(flow.size_bytes)]  # fmt: skip
+            argv += ["--sport", str(flow.sport)] if flow.sport is not None else []
+            argv += ["--spray", str(flow.spray)] if flow.spray is not None else []
             senders[flow.name] = net.popen(flow.src, argv, stdout=subprocess.PIPE, text=True)
         while faults and faults[0].at_s <= now:
             fault = faults.pop(0)
@@ -273,11 +301,16 @@ def _flow_results(
                 "lost": lost,
                 "loss_pct": round(100.0 * lost / tx["sent"], 3) if tx["sent"] else 0.0,
                 "out_of_order": rx["out_of_order"],
+                "reorder_max": rx.get("reorder_max", 0),
+                "send_errors": tx.get("send_errors", 0),
+                "entropy": flow.entropy,
+                "sport": flow.sport,
                 "goodput_mbps": round(rx["bytes"] * 8 / flow.duration_s / 1e6, 3),
+                # flow completion: first packet sent to last packet received (what was lost never came)
+                "fct_s": round(rx["last"] - tx["start"], 4) if rx.get("last") and tx.get("start") else None,
                 "throughput": {"bucket_s": rx["bucket_s"], "packets": rx["buckets"]},
                 "gaps": rx["gaps"],
                 "latency_ms": rx.get("latency_ms"),
-                "send_errors": tx.get("send_errors", 0),
             }
         )
     return result
@@ -294,6 +327,18 @@ def _faulted_interfaces(scenario: Scenario, net: MininetFabric) -> list[str]:
             for number in sorted(r.port for r in scenario.fabric.port_map if r.node == fault.switch):
                 found += net.cable_interfaces(fault.switch, number)
     return found
+
+
+def _fault_window_losses(flows: list[dict[str, Any]], faults: list[dict[str, Any]]) -> int:
+    """Packets the probe receivers missed in gaps that began within `FAULT_WINDOW_S` after a fault: the
+    fault's own cost (packets sent into a cable as it was cut), not the emulator's."""
+    walls = [f["wall"] for f in faults]
+    return sum(
+        int(g["missing"])
+        for f in flows
+        for g in f.get("gaps", [])
+        if any(w - 0.05 <= g["from"] <= w + FAULT_WINDOW_S for w in walls)
+    )
 
 
 def _loss_windows(

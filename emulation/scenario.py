@@ -11,7 +11,7 @@ fabriclab: 1
 name: link-failure
 topology: ../topologies/fat-tree-k4.yaml     # relative to this file
 scale: 400G=200M                             # link speeds -> what HTB shapes (optional)
-controller: {engine: ftree, fast_failover: true}
+controller: {engine: ftree, fast_failover: true, policy: adaptive, interval_ms: 100, threshold: 0.7}
 duration_s: 8
 repetitions: 1
 seed: 7
@@ -19,33 +19,45 @@ poll_interval_s: 0.5                         # port counters for the utilisation
 traffic:
   - {kind: udp, src: h1, dst: h16, rate_pps: 2000, size_bytes: 512}
   - {kind: udp-permutation, rate_pps: 500}   # every host sends to one other, seeded
+  - {kind: udp-permutation, rate_pps: 300, leave: pod, flows_per_host: 2}   # every flow leaves its pod
+  - {kind: udp-permutation, rate_pps: 300, pattern: shift, shift: 4}        # host i sends to host i+4
 faults:
   - {at_s: 3, action: link_down, port: "leaf1:3"}
   - {at_s: 5, action: link_up, port: "leaf1:3"}
 ```
+
+Entropy: a flow's UDP source port is what multipath policies hash on.  `entropy: policy` (the default)
+follows the routing policy — one seeded source port per flow, or under a per-packet policy (spray,
+adaptive) another port for every packet, as a RoCE NIC spraying over multipath does; `fixed` and `spray`
+force one or the other (e.g. a legacy flow that cannot be sprayed).  Ports are seeded from the scenario's
+seed and the flow's name, so every policy of a comparison sees the same traffic.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.sm.engines import default_registry
-from controller.sm.policies import PolicyError, PolicyParams, default_policies
+from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, class_map, default_policies
 from emulation.mnfabric import Scale
 from topologies.errors import InputError, read_input_file
 from topologies.loader import load_topology
 from topologies.model import Fabric
 from topologies.yamlio import AllowedKeys, Document, PathItem, load_document, validate
+from traffic.entropy import seeded_sports
 from traffic.errors import TrafficError, parse_hosts, parse_size
 from traffic.kvcache import model_shape
 from traffic.patterns import PLANNERS, Plan, plan
 from traffic.trace import read_trace
+
+#: Random permutations whose flows must leave their leaf or pod are drawn by rejection, at most this often.
+MAX_SHUFFLES = 100_000
 
 
 class ScenarioError(InputError):
@@ -59,12 +71,37 @@ class _Strict(BaseModel):
 class ControllerSpec(_Strict):
     engine: str = "ftree"
     fast_failover: bool = True
+    #: Legacy: true means policy ecmp when no policy is named.
     multipath: bool = False
-    #: Routing policy and its parameters (names and checks from `controller.sm.policies`).
+    #: Routing policy and its parameters (names and checks from `controller.sm.policies`; `multipath: true`
+    #: with the default policy is the legacy spelling of ecmp).
     policy: str = "static"
     interval_ms: int = 100
     threshold: float = 0.7
     hysteresis: float = 0.1
+    #: Per-DSCP policy exceptions, {26: static}.
+    classes: dict[int | str, str] | None = None
+
+    def choice(self) -> PolicyChoice:
+        """The routing policy this controller runs (validated: PolicyError naming the field)."""
+        params = PolicyParams(self.interval_ms, self.threshold, self.hysteresis)
+        name = "ecmp" if self.multipath and self.policy == "static" else self.policy
+        return PolicyChoice(name, params, class_map(self.classes)).validate(default_policies())
+
+    def controller_args(self) -> list[str]:
+        """This choice as `fabriclab controller` options."""
+        choice = self.choice()
+        args = ["--engine", self.engine, "--policy", choice.name]
+        args += [] if self.fast_failover else ["--no-fast-failover"]
+        params = choice.params
+        args += ["--interval-ms", str(params.interval_ms), "--threshold", str(params.threshold)]
+        args += ["--hysteresis", str(params.hysteresis)]
+        for dscp, name in choice.classes:
+            args += ["--policy-class", f"{dscp}={name}"]
+        return args
+
+
+Entropy = Literal["policy", "fixed", "spray"]
 
 
 class UdpFlow(_Strict):
@@ -75,13 +112,25 @@ class UdpFlow(_Strict):
     size_bytes: Annotated[int, Field(ge=32, le=8900)] = 512
     start_s: Annotated[float, Field(ge=0)] = 0.0
     duration_s: Annotated[float, Field(gt=0)] | None = None
+    entropy: Entropy = "policy"
+    #: The source port of a `fixed` flow (default: seeded).
+    sport: Annotated[int, Field(ge=1, le=65535)] | None = None
 
 
 class UdpPermutation(_Strict):
+    """Every host sends to one other: a seeded random permutation (whose flows leave their host, leaf or
+    pod: `leave`), or a shift (host i to host i + `shift`, in topology order)."""
+
     kind: Literal["udp-permutation"]
     rate_pps: Annotated[float, Field(gt=0, le=50_000)]
     size_bytes: Annotated[int, Field(ge=32, le=8900)] = 512
     hosts: list[str] | None = None
+    pattern: Literal["random", "shift"] = "random"
+    shift: Annotated[int, Field(ge=1)] | None = None
+    leave: Literal["host", "leaf", "pod"] = "host"
+    #: Parallel flows from each host to its partner, each with entropy of its own (QPs of one transfer).
+    flows_per_host: Annotated[int, Field(ge=1, le=16)] = 1
+    entropy: Entropy = "policy"
 
 
 class RoceCollective(_Strict):
@@ -93,6 +142,7 @@ class RoceCollective(_Strict):
     size: str | int
     rate_pps: Annotated[float, Field(gt=0, le=200_000)] = 2000.0
     mtu: Literal[256, 512, 1024, 2048, 4096] = 1024
+    entropy: Entropy = "policy"
     #: "steps": the planner's dependent steps (the simulator runs them rank by rank); "one-phase": every
     #: transfer at once (all-to-all only; MoE dispatch).  The emulator always sends the whole matrix at once.
     schedule: Literal["steps", "one-phase"] = "steps"
@@ -148,6 +198,10 @@ class ScenarioSpec(_Strict):
     repetitions: Annotated[int, Field(ge=1, le=100)] = 1
     seed: int = 0
     poll_interval_s: Annotated[float, Field(ge=0.1, le=60)] = 0.5
+    #: Queue of every shaped switch port, in packets (a switch's buffer); default: the interface's 1000.
+    buffer_packets: Annotated[int, Field(ge=2, le=100_000)] | None = None
+    #: What a shaped link may send above its rate after a pause (HTB's bucket); default 64 KB.
+    burst_bytes: Annotated[int, Field(ge=1600, le=1 << 24)] | None = None
     settle_s: Annotated[float, Field(ge=0, le=60)] = 1.0
     traffic: list[Traffic] = []
     faults: list[Fault] = []
@@ -192,6 +246,13 @@ class FlowPlan:
     size_bytes: int
     start_s: float
     duration_s: float
+    #: A fixed UDP source port, or (None) kernel-chosen; `spray` (an offset) gives every packet its own.
+    sport: int | None = None
+    spray: int | None = None
+
+    @property
+    def entropy(self) -> str:
+        return "spray" if self.spray is not None else ("fixed" if self.sport is not None else "kernel")
 
 
 @dataclass(frozen=True)
@@ -200,6 +261,19 @@ class Scenario:
     file: Path
     fabric: Fabric
     scale: Scale | None
+
+    @property
+    def per_packet(self) -> bool:
+        """The routing policy sprays (senders following it vary the source port per packet)."""
+        return default_policies().create(self.spec.controller.choice().name).per_packet
+
+    def sprays(self, entropy: str) -> bool:
+        return entropy == "spray" or (entropy == "policy" and self.per_packet)
+
+    def with_policy(self, policy: str) -> Scenario:
+        """The same experiment (seed, traffic, faults) under another routing policy."""
+        controller = self.spec.controller.model_copy(update={"policy": policy})
+        return replace(self, spec=self.spec.model_copy(update={"controller": controller}))
 
     def flows(self, repetition: int = 0) -> list[FlowPlan]:
         rng = random.Random(f"{self.spec.seed}:{repetition}")
@@ -210,35 +284,47 @@ class Scenario:
                 continue  # see collective_plan(); the others are simulated only
             if isinstance(item, UdpFlow):
                 duration = item.duration_s or (self.spec.duration_s - item.start_s)
-                plans.append(
-                    FlowPlan(
-                        f"f{index}",
-                        item.src,
-                        item.dst,
-                        item.rate_pps,
-                        item.size_bytes,
-                        item.start_s,
-                        duration,
-                    )
-                )
-            else:
-                members = list(item.hosts or hosts)
-                targets = members[:]
-                while any(a == b for a, b in zip(members, targets, strict=True)):
-                    rng.shuffle(targets)
-                for i, (src, dst) in enumerate(zip(members, targets, strict=True)):
-                    plans.append(
-                        FlowPlan(
-                            f"f{index}.{i}",
-                            src,
-                            dst,
-                            item.rate_pps,
-                            item.size_bytes,
-                            0.0,
-                            self.spec.duration_s,
-                        )
-                    )
+                plans.append(self._entropy(FlowPlan(f"f{index}", item.src, item.dst, item.rate_pps,
+                                                    item.size_bytes, item.start_s, duration),
+                                           item.entropy, repetition, item.sport))  # fmt: skip
+                continue
+            members = list(item.hosts or hosts)
+            for i, (src, dst) in enumerate(zip(members, self._targets(item, members, rng), strict=True)):
+                for q in range(item.flows_per_host):
+                    name = f"f{index}.{i}" + (f".{q}" if item.flows_per_host > 1 else "")
+                    plan = FlowPlan(name, src, dst, item.rate_pps, item.size_bytes, 0.0, self.spec.duration_s)
+                    plans.append(self._entropy(plan, item.entropy, repetition))
         return plans
+
+    def _targets(self, item: UdpPermutation, members: list[str], rng: random.Random) -> list[str]:
+        if item.pattern == "shift":
+            shift = item.shift or 1
+            return [members[(i + shift) % len(members)] for i in range(len(members))]
+        group = self._group_of(item.leave)
+        targets = members[:]
+        for _ in range(MAX_SHUFFLES):
+            if not any(group(a) == group(b) for a, b in zip(members, targets, strict=True)):
+                return targets
+            rng.shuffle(targets)
+        raise ScenarioError(
+            f"no permutation of {len(members)} hosts leaves every {item.leave}", field="leave"
+        )
+
+    def _group_of(self, leave: str) -> Any:
+        fabric = self.fabric
+        if leave == "leaf":
+            return lambda host: getattr(fabric.peer(host, 1), "node", host)
+        if leave == "pod":
+            return lambda host: fabric.nodes[host].pod
+        return lambda host: host
+
+    def _entropy(self, plan: FlowPlan, entropy: str, repetition: int, sport: int | None = None) -> FlowPlan:
+        """The flow's source port(s), seeded by scenario seed, repetition and flow name (never the policy),
+        so every policy of a comparison sends the same packets."""
+        seed = f"{self.spec.seed}:{repetition}:{plan.name}"
+        if self.sprays(entropy):
+            return replace(plan, spray=random.Random(seed).randrange(1 << 14))
+        return replace(plan, sport=sport or seeded_sports(seed, 1)[0])
 
 
 def collective_plan(item: RoceCollective, hosts: Sequence[str]) -> Plan:
@@ -272,13 +358,8 @@ def check_collective(item: RoceCollective, hosts: Sequence[str]) -> None:
 
 
 def emulator_refuses(scenario: Scenario) -> str | None:
-    """Why the emulator cannot run this scenario yet (None: it can).  `fabriclab sim` runs all of them."""
-    policy = scenario.spec.controller.policy
-    if policy != "static":
-        return (
-            f"controller.policy: the emulator runs only the static policy for now, not {policy!r} "
-            "(use `fabriclab sim` to simulate it)"
-        )
+    """Why the emulator cannot run this scenario yet (None: it can).  `fabriclab sim` runs all of them.
+    (Every routing policy runs on the emulator: the controller realises it, the senders follow it.)"""
     for i, item in enumerate(scenario.spec.traffic):
         if item.kind in SIMULATED_ONLY:
             return f"traffic[{i}].kind: {item.kind!r} traffic is simulated only for now (use `fabriclab sim`)"
@@ -309,17 +390,16 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
             scale.check(fabric)  # what `scenario run` (MininetFabric) would refuse
         except ValueError as exc:
             raise doc.error(["scale"], str(exc)) from None
+    try:
+        spec.controller.choice()
+    except PolicyError as exc:
+        raise doc.error(["controller", exc.field or "policy"], exc.message) from None
     engines = default_registry()
     if spec.controller.engine not in engines:
         known = ", ".join(engines.names())
         raise doc.error(
             ["controller", "engine"], f"unknown routing engine {spec.controller.engine!r} ({known})"
         )
-    c = spec.controller
-    try:
-        default_policies().create(c.policy, PolicyParams(c.interval_ms, c.threshold, c.hysteresis))
-    except PolicyError as exc:
-        raise doc.error(["controller", exc.field or "policy"], exc.message) from None
     hosts = {h.name for h in fabric.hosts}
     for i, item in enumerate(spec.traffic):
         if isinstance(item, RoceCollective):
@@ -342,6 +422,13 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
             names = [(str(j), h) for j, h in enumerate(item.hosts or [])]
             if item.hosts is not None and len(set(item.hosts)) < 2:
                 raise doc.error(["traffic", i, "hosts"], "a permutation needs at least two distinct hosts")
+            members = item.hosts or [h.name for h in fabric.hosts]
+            if item.pattern == "shift" and (item.shift or 1) % len(members) == 0:
+                raise doc.error(["traffic", i, "shift"], f"shift {item.shift} sends every host to itself")
+            if item.pattern != "shift" and item.shift is not None:
+                raise doc.error(["traffic", i, "shift"], "only with pattern: shift")
+            if item.leave == "pod" and any(fabric.nodes[h].pod is None for h in members if h in fabric.nodes):
+                raise doc.error(["traffic", i, "leave"], "the topology does not say which pod a host is in")
         for field, name in names:
             if name not in hosts:
                 where: list[PathItem] = (

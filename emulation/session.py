@@ -48,6 +48,8 @@ class UpOptions:
     token: str | None = None
     #: Node names `{prefix}s0`, `{prefix}h3`, ... instead of the topology's (see `MininetFabric`).
     name_prefix: str = ""
+    #: Routing-policy options for the controller this starts (`--policy adaptive --threshold 0.7 ...`).
+    policy_args: tuple[str, ...] = ()
 
 
 def apply_fault(net: MininetFabric, action: str, target: str) -> str:
@@ -136,6 +138,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
             scaled = ["--capacity-scale", str(options.scale)] if options.scale is not None else []
             ctl = ControllerProcess(options.topology.resolve(), Path(".fabriclab-state"),
                                     Path("controller.log"), "--engine", options.engine, *scaled,
+                                    *options.policy_args,
                                     host=api_host, of_port=of_port, api_port=api_port)  # fmt: skip
             ctl.start()
             target = ctl.openflow

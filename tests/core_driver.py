@@ -34,6 +34,7 @@ from controller.core.fabric import FabricCore, Step
 from controller.core.state import Config, FabricState, Record
 from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import SubnetContext
+from controller.sm.policies import PolicyParams
 from controller.state import SavedState
 from tests.fakes import FakeFabric, FakeSouthbound
 from topologies.model import Fabric
@@ -45,11 +46,14 @@ class CoreDriver:
     engine: str = "ftree"
     options: ForwardingOptions = field(default_factory=ForwardingOptions)
     saved: SavedState | None = None
+    params: PolicyParams = field(default_factory=PolicyParams)
+    link_scale: float = 1.0
 
     def __post_init__(self) -> None:
         self.context = SubnetContext.build(self.fabric)
-        self.core = FabricCore(self.context)
-        self.state: FabricState = self.core.initial_state(self.saved, Config(self.engine, self.options))
+        self.core = FabricCore(self.context, link_scale=self.link_scale)
+        config = Config(self.engine, self.options, self.params)
+        self.state: FabricState = self.core.initial_state(self.saved, config)
         self.fake = FakeFabric(self.fabric, self.context.addresses)
         self.sb = FakeSouthbound(self.fake, self)
         self.now = 0.0

@@ -1,9 +1,11 @@
 """Fake switches with OpenFlow 1.3 table semantics, and a fake fabric that traces packets hop by hop.
 
 Implements what the controller relies on and raises where a real switch would return an error: highest
-priority match wins, an add with an existing (priority, match) replaces it, strict deletes, groups that
-must exist before a flow points at them, deleting a group deletes the flows that use it (OpenFlow 1.3
-§6.5), fast-failover buckets chosen by port liveness, select buckets by a flow hash over live ports.
+priority match wins (per table, masked fields compared under their mask), an add with an existing
+(priority, match) replaces it, strict deletes, groups that must exist before a flow points at them,
+deleting a group deletes the flows that use it (OpenFlow 1.3 §6.5), a pipeline (write-metadata, goto-table
+only to a later table; a miss drops), fast-failover buckets chosen by port liveness, select buckets by a
+flow hash over live ports.
 
 Like Faucet's FakeOFTable, the fake southbound does not hand intents over: it sends the bytes
 `controller.southbound.openflow` really produces (our struct-packed flow-mods, os-ken's group-mods and
@@ -105,6 +107,8 @@ class FakeSwitch:
     groups: dict[int, GroupIntent] = field(default_factory=dict)
     ports_down: set[int] = field(default_factory=set)
     messages: int = 0
+    #: Flows by (table, indexed field, value): lookups check a handful of candidates, not every flow.
+    _index: dict[tuple[int, str, int], list[FlowIntent]] | None = field(default=None, repr=False)
 
     def add_group(self, group: GroupIntent) -> None:
         self.messages += 1
@@ -120,19 +124,26 @@ class FakeSwitch:
 
     def delete_group(self, gid: int) -> None:
         self.messages += 1
+        self._index = None
         self.groups.pop(gid, None)
         for key in [k for k, f in self.flows.items() if ("group", gid) in f.actions]:
             del self.flows[key]
 
     def add_flow(self, flow: FlowIntent) -> None:
         self.messages += 1
+        self._index = None
         for kind, arg in flow.actions:
             if kind == "group" and arg not in self.groups:
                 raise OpenFlowError(f"{self.name}: flow points at missing group {arg} (OFPBAC_BAD_OUT_GROUP)")
+            if kind == "goto" and arg <= flow.table:
+                raise OpenFlowError(
+                    f"{self.name}: goto table {arg} from table {flow.table} (OFPBIC_BAD_TABLE_ID)"
+                )
         self.flows[flow.key] = flow
 
     def delete_flow_strict(self, flow: FlowIntent) -> None:
         self.messages += 1
+        self._index = None
         self.flows.pop(flow.key, None)
 
     def receive(self, data: bytes) -> int:
@@ -179,33 +190,78 @@ class FakeSwitch:
         for gid in delta.delete_groups:
             self.delete_group(gid)
 
-    def lookup(self, packet: dict[str, int]) -> FlowIntent | None:
+    def _candidates(self, packet: Mapping[str, int], table: int) -> list[FlowIntent]:
+        if self._index is None:
+            index: dict[tuple[int, str, int], list[FlowIntent]] = {}
+            for flow in self.flows.values():
+                fields = dict(flow.match)
+                key = next(((n, fields[n]) for n in _INDEXED if n in fields), ("", 0))
+                index.setdefault((flow.table, *key), []).append(flow)
+            self._index = index
+        found = list(self._index.get((table, "", 0), ()))
+        for name in _INDEXED:
+            if name in packet:
+                found += self._index.get((table, name, packet[name]), ())
+        return found
+
+    def lookup(self, packet: Mapping[str, int], table: int = 0) -> FlowIntent | None:
         best: FlowIntent | None = None
-        for flow in self.flows.values():
-            matches = all(packet.get(f) == v for f, v in flow.match)
-            if matches and (best is None or flow.priority > best.priority):
-                best = flow
+        for flow in self._candidates(packet, table):
+            if _matches(flow, packet):
+                if best is None or flow.priority > best.priority:
+                    best = flow
+                elif flow.priority == best.priority:
+                    raise OpenFlowError(f"{self.name}: overlapping flows at priority {flow.priority}")
         return best
 
-    def out_port(self, packet: dict[str, int], flow_hash: int) -> int | str | None:
+    def out_port(self, packet: Mapping[str, int], flow_hash: int) -> int | str | None:
         """Port the packet leaves on, "controller", or None (dropped)."""
-        flow = self.lookup(packet)
-        if flow is None:
-            return None
-        for kind, arg in flow.actions:
-            if kind == "output":
-                return arg if arg not in self.ports_down else None
-            if kind == "controller":
-                return "controller"
-            if kind == "group":
-                group = self.groups[arg]
-                live = [p for p in group.ports if p not in self.ports_down]
-                if not live:
-                    return None
-                if group.kind is GroupKind.FAST_FAILOVER:
-                    return live[0]
-                return live[flow_hash % len(live)]
-        return None
+        fields = dict(packet)
+        fields["metadata"] = 0
+        table = 0
+        while True:
+            flow = self.lookup(fields, table)
+            if flow is None:
+                return None
+            goto = None
+            for kind, arg in flow.actions:
+                if kind == "output":
+                    return arg if arg not in self.ports_down else None
+                if kind == "controller":
+                    return "controller"
+                if kind == "group":
+                    group = self.groups[arg]
+                    live = [p for p in group.ports if p not in self.ports_down]
+                    if not live:
+                        return None
+                    if group.kind is GroupKind.FAST_FAILOVER:
+                        return live[0]
+                    return live[flow_hash % len(live)]
+                if kind == "metadata":
+                    fields["metadata"] = arg
+                elif kind == "goto":
+                    goto = arg
+            if goto is None:
+                return None
+            table = goto
+
+
+#: Exact-match fields flows are indexed by (a flow that matches neither is checked for every packet).
+_INDEXED = ("eth_dst", "metadata")
+
+
+def _matches(flow: FlowIntent, packet: Mapping[str, int]) -> bool:
+    fields = dict(flow.match)
+    for name, value in fields.items():
+        if name.endswith("_mask"):
+            continue
+        have = packet.get(name)
+        if have is None:
+            return False
+        mask = fields.get(name + "_mask")
+        if (have & mask if mask is not None else have) != value:
+            return False
+    return True
 
 
 class FakeFabric:
@@ -225,12 +281,17 @@ class FakeFabric:
                 affected.append(end)
         return affected
 
-    def trace(self, src: str, dst: str, flow_hash: int = 0) -> list[str]:
-        """Send an IPv4 frame from host `src` to host `dst`'s MAC; returns the ports visited.  Raises
-        NotDelivered (with the path so far) on a drop, a loop or a wrong receiver."""
+    def trace(
+        self, src: str, dst: str, flow_hash: int = 0, udp_src: int | None = None, dscp: int = 0
+    ) -> list[str]:
+        """Send an IPv4 frame from host `src` to host `dst`'s MAC (a UDP datagram from source port `udp_src`
+        when given); returns the ports visited.  Raises NotDelivered (with the path so far) on a drop, a
+        loop or a wrong receiver."""
         dst_address = self.addresses.of_host(dst)
         src_address = self.addresses.of_host(src)
-        packet = {"eth_dst": dst_address.mac, "eth_type": ETH_TYPE_IPV4}
+        packet = {"eth_dst": dst_address.mac, "eth_type": ETH_TYPE_IPV4, "ip_dscp": dscp, "ip_proto": 1}
+        if udp_src is not None:
+            packet.update(ip_proto=17, udp_src=udp_src)
         at = self.fabric.peer(src, src_address.port)
         path = [f"{src}:{src_address.port}"]
         for _ in range(64):
@@ -253,13 +314,19 @@ class FakeFabric:
             at = self.fabric.peer(at.node, out)
         raise NotDelivered(f"{src}->{dst}: loop: {' '.join(path[:20])} ...")
 
-    def assert_delivers(self, pairs: Iterable[tuple[str, str]], hashes: Iterable[int] = (0,)) -> int:
-        hash_list = list(hashes)
+    def assert_delivers(
+        self,
+        pairs: Iterable[tuple[str, str]],
+        hashes: Iterable[int] = (0,),
+        sports: Iterable[int | None] = (None,),
+    ) -> int:
+        hash_list, sport_list = list(hashes), list(sports)
         count = 0
         for src, dst in pairs:
             for h in hash_list:
-                self.trace(src, dst, h)
-                count += 1
+                for sport in sport_list:
+                    self.trace(src, dst, h, sport)
+                    count += 1
         return count
 
     def all_pairs(self, hosts: Iterable[str] | None = None) -> list[tuple[str, str]]:
@@ -331,6 +398,15 @@ class FakeSouthbound:
                 sent += 1
                 self.listener.link_seen(dpid, ref.port, self.dpids[far.node], far.port, time.time())  # type: ignore[attr-defined]
         return sent
+
+    def slot_stats(self, timeout_s: float = 2.0) -> dict[tuple[int, FlowKey], int]:
+        """No traffic flows through fake switches: every slot flow has matched nothing."""
+        return {
+            (self.dpids[name], key): 0
+            for name, switch in self.fake.switches.items()
+            for key, flow in switch.flows.items()
+            if flow.table == 1
+        }
 
     def port_stats(self, timeout_s: float = 2.0) -> dict[tuple[int, int], dict[str, int]]:
         return {

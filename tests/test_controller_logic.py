@@ -24,8 +24,12 @@ ENGINES = ["minhop", "updn", "ftree", "sssp"]
 MODES = {
     "static": ForwardingOptions(fast_failover=False, multipath=False),
     "ff": ForwardingOptions(),
-    "select": ForwardingOptions(multipath=True),
+    # multipath policies: slot tables (the legacy `multipath=True` means ecmp), with and without failover
+    "ecmp": ForwardingOptions(multipath=True),
+    "spray-no-ff": ForwardingOptions(fast_failover=False, policy="spray"),
 }
+#: Source ports that hit every slot of the windows of two switch levels (bits 0-3 and 4-7).
+SPORTS = [0xC000 | ((i * 5 + 3) % 16) << 4 | i for i in range(16)]
 
 
 def fabrics() -> list[Fabric]:
@@ -47,18 +51,27 @@ def test_every_engine_and_mode_delivers_all_pairs(fabric: Fabric, engine: str, m
     d = driven(fabric, engine, mode)
     computation = d.state.current
     assert computation is not None and computation.verification.ok and d.state.in_sync
-    hashes = range(4) if mode == "select" else (0,)
-    delivered = d.fake.assert_delivers(d.fake.all_pairs(), hashes)
+    options = MODES[mode]
+    multipath = options.multipath
+    # every path the mode may use is checked for deadlocks (fast failover and multipath use alternatives)
+    assert (computation.verification.deadlock_alternatives is not None) == (mode != "static")
+    hashes = range(2) if multipath else (0,)  # what a select group (traffic that is not UDP) hashes on
+    sports = SPORTS if multipath else [0xC001]  # UDP: the slot tables
+    pairs = d.fake.all_pairs()
+    delivered = d.fake.assert_delivers(pairs, hashes) + d.fake.assert_delivers(pairs, (0,), sports)
     n = len(fabric.hosts)
-    assert delivered == n * (n - 1) * len(hashes)
+    assert delivered == n * (n - 1) * (len(hashes) + len(sports))
     d.assert_holds_desired()
     groups = [g for p in computation.programs.values() for g in p.groups.values()]
+    kinds = {g.kind for g in groups}
     if mode == "static":
         assert not groups
-    else:
-        assert groups and {g.kind for g in groups} == {
-            GroupKind.SELECT if mode == "select" else GroupKind.FAST_FAILOVER
-        }
+    elif not multipath:
+        assert groups and kinds == {GroupKind.FAST_FAILOVER}
+    else:  # failover groups behind the slots (if on), select groups for traffic that is not UDP
+        assert kinds == ({GroupKind.FAST_FAILOVER} if options.fast_failover else set()) | {GroupKind.SELECT}
+        assert computation.slot_sets > 0
+        assert any(f.table == 1 for p in computation.programs.values() for f in p.flows.values())
 
 
 def test_fast_failover_protects_upward_hops_before_the_controller_reacts() -> None:

@@ -37,6 +37,9 @@ COVERED: dict[str, str] = {
     "fabriclab sweep sweeps/policies-vs-size.yaml": (
         "test_flowsim_cli.py::test_shipped_sweep_file_expands_and_runs"
     ),
+    "fabriclab compare scenarios/permutation-k4.yaml --policies static,ecmp,spray,adaptive": (
+        "test_policies_emulated.py::test_permutation_ecmp_collides_spray_spreads_and_the_report_is_complete"
+    ),
 }
 PREFIXES = ("fabriclab ", "docker compose exec fabric fabriclab ")
 

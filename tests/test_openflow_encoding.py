@@ -35,11 +35,33 @@ FLOWS = [
     FlowIntent(0, 1000, match(eth_type=0x88CC), (("controller", 0xFFFF),), COOKIE_MAGIC),
     FlowIntent(3, 7, match(in_port=5, eth_dst=0x0200000000AA, eth_type=0x0800), (("output", 254),), 42),
     FlowIntent(0, 0, (), (("output", 1), ("group", 9)), 0),
+    # multipath policies: a destination continuing in the slot table, a slot flow (masked source port), the
+    # set's fallback, and a per-class (DSCP) override
+    FlowIntent(
+        0, 100, match(eth_dst=0x02FAB1000003), (("metadata", 0x5A5A5A5A), ("goto", 1)), COOKIE_MAGIC | 2
+    ),
+    FlowIntent(
+        1,
+        100,
+        match(metadata=0x5A5A5A5A, eth_type=0x0800, ip_proto=17, udp_src=0x0030, udp_src_mask=0x00F0),
+        (("group", 77),),
+        COOKIE_MAGIC | 2,
+    ),
+    FlowIntent(1, 10, match(metadata=(1 << 64) - 1), (("output", 4),), COOKIE_MAGIC | 2),
+    FlowIntent(0, 110, match(eth_dst=0x02FAB1000003, eth_type=0x0800, ip_dscp=26), (("group", 5),), 9),
+    FlowIntent(2, 1, match(udp_src=0xFFFF, eth_type=0x0800, ip_proto=17), (("output", 1), ("goto", 3)), 1),
 ]
 
 
 def _slow(dp: FakeDatapath, flow: FlowIntent, delete: bool) -> bytes:
-    fields = {n: (mac_str(v) if n.startswith("eth_") and n != "eth_type" else v) for n, v in flow.match}
+    """The same message built with os-ken's classes only (masks as os-ken takes them: (value, mask))."""
+    given = dict(flow.match)
+    fields: dict[str, Any] = {}
+    for n, v in given.items():
+        if n.endswith("_mask"):
+            continue
+        value = mac_str(v) if n.startswith("eth_") and n != "eth_type" else v
+        fields[n] = (value, given[n + "_mask"]) if n + "_mask" in given else value
     if delete:
         msg = parser.OFPFlowMod(
             dp, table_id=flow.table, command=ofp.OFPFC_DELETE_STRICT, priority=flow.priority,
@@ -50,12 +72,18 @@ def _slow(dp: FakeDatapath, flow: FlowIntent, delete: bool) -> bytes:
             parser.OFPActionOutput(a) if k == "output"
             else parser.OFPActionOutput(ofp.OFPP_CONTROLLER, a) if k == "controller"
             else parser.OFPActionGroup(a)
-            for k, a in flow.actions
+            for k, a in flow.actions if k not in ("metadata", "goto")
         ]  # fmt: skip
+        instructions: list[Any] = []
+        if actions or all(k not in ("metadata", "goto") for k, _ in flow.actions):
+            instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
+        instructions += [
+            parser.OFPInstructionWriteMetadata(a, (1 << 64) - 1) for k, a in flow.actions if k == "metadata"
+        ]
+        instructions += [parser.OFPInstructionGotoTable(a) for k, a in flow.actions if k == "goto"]
         msg = parser.OFPFlowMod(
             dp, cookie=flow.cookie, table_id=flow.table, command=ofp.OFPFC_ADD, priority=flow.priority,
-            buffer_id=ofp.OFP_NO_BUFFER, flags=ofp.OFPFF_SEND_FLOW_REM, match=parser.OFPMatch(**fields),
-            instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)],
+            buffer_id=ofp.OFP_NO_BUFFER, match=parser.OFPMatch(**fields), instructions=instructions,
         )  # fmt: skip
     dp.set_xid(msg)
     msg.serialize()

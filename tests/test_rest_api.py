@@ -237,3 +237,26 @@ def test_openapi_documents_every_endpoint(rig: Rig) -> None:
         assert f"/api/v1/{path}" in paths
     assert "requestBody" in paths["/api/v1/routing"]["put"]
     assert rig.client.get("/docs").status_code == 200
+
+
+def test_policy_view_change_dry_run_and_legacy_multipath(rig: Rig) -> None:
+    view = rig.client.get("/api/v1/routing/policy").json()
+    assert view["policy"] == "static" and view["policies"] == ["static", "ecmp", "spray", "adaptive"]
+    headers = {"Content-Type": "application/json"}
+    dry = rig.client.put(
+        "/api/v1/routing/policy", content='{"policy": "spray", "dry_run": true}', headers=headers
+    )
+    assert dry.status_code == 200 and dry.json()["dry_run"] and dry.json()["flow_mods"] > 0
+    assert rig.client.get("/api/v1/routing/policy").json()["policy"] == "static"  # a dry run changes nothing
+    done = rig.client.put("/api/v1/routing/policy", content='{"policy": "spray"}', headers=headers)
+    assert done.status_code == 200 and done.json()["kind"] == "policy_change"
+    routing = rig.client.get("/api/v1/routing").json()
+    assert routing["policy"] == "spray" and routing["multipath"] is True
+    assert rig.put('{"multipath": false}').status_code == 200  # the legacy switch: off is static
+    assert rig.client.get("/api/v1/routing/policy").json()["policy"] == "static"
+    assert rig.put('{"multipath": true}').status_code == 200  # on is ecmp
+    assert rig.client.get("/api/v1/routing/policy").json()["policy"] == "ecmp"
+    saved = json.loads((rig.service.store.path).read_text())  # type: ignore[union-attr]
+    assert saved["policy"] == "ecmp" and saved["multipath"] is True
+    bad = rig.client.put("/api/v1/routing/policy", content='{"interval_ms": 9}', headers=headers)
+    assert bad.status_code == 422 and bad.json()["field"] == "interval_ms"

@@ -19,6 +19,7 @@ from typing import Any
 
 from scapy.contrib.roce import BTH
 
+from traffic.entropy import flow_sport, spray_sport
 from traffic.fastpath import FrameTemplate, Receiver, raw_socket, send_stream
 from traffic.roce import Endpoints, frame, op
 
@@ -38,8 +39,9 @@ def send_many(args: argparse.Namespace) -> dict[str, Any]:
         streams = json.load(handle)
     templates = []
     for s in streams:
+        # the QP's own source port, as Linux derives it from the QP numbers (both ends use the same here)
         ep = Endpoints(args.src_mac, s["dst_mac"], args.src_ip, s["dst_ip"], dqpn=s["qp"],
-                       sport=0xC000 | (s["qp"] & 0x3FFF))  # fmt: skip
+                       sport=flow_sport(s["qp"], s["qp"]))  # fmt: skip
         bth = BTH(opcode=op("RC", "RDMA_WRITE_MIDDLE"), pkey=ep.pkey, dqpn=ep.dqpn, psn=0)
         templates.append(
             (FrameTemplate.from_packet(frame(ep, bth, payload=bytes(args.size))), int(s["packets"]))
@@ -50,13 +52,13 @@ def send_many(args: argparse.Namespace) -> dict[str, Any]:
     sent = 0
     wall0 = time.time()
     for psn in range(max((n for _, n in templates), default=0)):
-        for template, count in templates:
+        for offset, (template, count) in enumerate(templates):
             if psn < count:
                 if interval and sent % 8 == 0:
                     ahead = start + sent * interval - time.perf_counter()
                     if ahead > 0:
                         time.sleep(ahead)
-                sock.send(template.render(psn))
+                sock.send(template.render(psn, spray_sport(psn, offset) if args.spray else None))
                 sent += 1
     return {"sent": sent, "start": wall0, "seconds": time.perf_counter() - start}
 
@@ -84,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     many.add_argument("--streams", required=True, help="JSON file: [{dst_mac, dst_ip, qp, packets}, ...]")
     many.add_argument("--rate", type=float, default=0.0, help="total packets/s (0: as fast as possible)")
     many.add_argument("--size", type=int, default=1024)
+    many.add_argument(
+        "--spray", action="store_true", help="another UDP source port for every packet (multipath NICs)"
+    )
     recv = sub.add_parser("recv")
     recv.add_argument("iface")
     recv.add_argument("--duration", type=float, required=True)

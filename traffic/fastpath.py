@@ -18,6 +18,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from traffic.entropy import spray_sport
+
 ETH_P_ALL = 0x0003
 SO_RCVBUFFORCE = 33  # Linux; not exported by the socket module
 _ETH, _IP, _UDP = 14, 20, 8
@@ -116,11 +118,11 @@ def send_stream(
     burst: int = 8,
 ) -> dict[str, float]:
     """Send `count` frames with consecutive PSNs, paced to `rate_pps` (0: as fast as possible).  With
-    `spray_ports` > 0 the UDP source port cycles through that many values: per-packet spraying.  Pacing
+    `spray_ports` > 0 the UDP source port cycles through that many values of `traffic.entropy.spray_sport`
+    (whose low bits change on every packet): per-packet spraying.  Pacing
     sleeps every `burst` packets: bursts longer than a switch's receive batch are what a userspace
     datapath drops first."""
     render, send = template.render, sock.send
-    base_port = 0xC000
     start = time.perf_counter()
     interval = 1.0 / rate_pps if rate_pps > 0 else 0.0
     dropped = 0
@@ -129,7 +131,7 @@ def send_stream(
             ahead = start + i * interval - time.perf_counter()
             if ahead > 0:
                 time.sleep(ahead)
-        data = render(psn_start + i, base_port + (i % spray_ports) if spray_ports else None)
+        data = render(psn_start + i, spray_sport(i % spray_ports) if spray_ports else None)
         try:
             send(data)
         except BlockingIOError:

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from controller.sm.intents import FlowIntent, ForwardingOptions, GroupIntent, SwitchDelta
+from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
+from controller.sm.policies import PolicyChoice
 from controller.state import SavedState
 
 # --- inputs ------------------------------------------------------------------------------------------------
@@ -124,6 +125,25 @@ class RoutingRequested:
 
 
 @dataclass(frozen=True)
+class PolicyRequested:
+    """The operator chooses a routing policy (name, parameters, per-class exceptions) for the fabric."""
+
+    request: int
+    choice: PolicyChoice
+
+
+@dataclass(frozen=True)
+class CountersSampled:
+    """Counters of the connected switches, read together at `at`: (dpid, port) -> bytes sent, and the byte
+    counters of slot-table flows, (dpid, flow key) -> bytes matched (per-slot load).  The service feeds one
+    every adaptive interval (and never queues a second before the first is handled)."""
+
+    at: float
+    tx_bytes: Mapping[tuple[int, int], int]
+    slot_bytes: Mapping[tuple[int, FlowKey], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RolloutDone:
     """How a `Push` went: switches that failed (dpid -> why) and when each phase was confirmed."""
 
@@ -153,6 +173,8 @@ Event = (
     | HostSeen
     | Tick
     | RoutingRequested
+    | PolicyRequested
+    | CountersSampled
     | RolloutDone
     | Saved
 )
@@ -211,6 +233,7 @@ Command = ReadSwitch | Push | ProbeLinks | Save | Log | Reply
 
 __all__ = [
     "Command",
+    "CountersSampled",
     "Event",
     "FlowRemoval",
     "FlowsRemoved",
@@ -219,6 +242,7 @@ __all__ = [
     "LinksSeen",
     "Log",
     "LogLevel",
+    "PolicyRequested",
     "PortChange",
     "PortsChanged",
     "ProbeLinks",

@@ -15,6 +15,10 @@ Rules it keeps:
 * **Generations are reserved in blocks** on disk (`GENERATION_BLOCK`), so a cookie generation is never
   reused after a restart while reroutes do not wait for the disk.
 * **Reconnects diff**: a switch that (re)connects is read back and only the difference is sent.
+* **Adaptive routing decides here too**: counter samples arrive as events (`CountersSampled`); the core
+  turns them into utilisation, asks `controller.sm.adaptive.rebalance` per slot table, and rolls out the
+  moved slots like any other change (make before break), each move an event with its reason.  Moves keep
+  the table generation: they change weights, not routes.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from controller.core import adaptive
 from controller.core.events import (
     Command,
+    CountersSampled,
     Event,
     FlowRemoval,
     FlowsRemoved,
@@ -34,6 +40,7 @@ from controller.core.events import (
     LinksSeen,
     Log,
     LogLevel,
+    PolicyRequested,
     PortsChanged,
     ProbeLinks,
     Push,
@@ -62,6 +69,7 @@ from controller.core.state import (
 from controller.sm.engines.base import UnknownEngine
 from controller.sm.intents import (
     MAX_GENERATION,
+    ForwardingOptions,
     GenerationExhausted,
     SwitchDelta,
     SwitchProgram,
@@ -69,6 +77,7 @@ from controller.sm.intents import (
     rollout,
 )
 from controller.sm.manager import Computation, SubnetContext
+from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, default_policies
 from controller.sm.validation import DISCOVERY_GRACE_S
 from controller.state import SavedState
 from topologies.errors import InputError
@@ -122,18 +131,46 @@ class _Builder:
 
 
 def saved_state(config: Config, reserved: int) -> SavedState:
-    return SavedState(config.engine, config.options.fast_failover, config.options.multipath, reserved)
+    options, params = config.options, config.policy_params
+    classes = {str(dscp): name for dscp, name in options.classes} or None
+    return SavedState(
+        config.engine, options.fast_failover, options.multipath, reserved, options.policy,
+        params.interval_ms, params.threshold, params.hysteresis, classes,
+    )  # fmt: skip
+
+
+def config_of(saved: SavedState) -> Config:
+    """Operator choices from a saved state (raises PolicyError for a policy or parameter out of range)."""
+    policy = saved.policy or ("ecmp" if saved.multipath else "static")
+    classes = tuple(sorted((int(k), v) for k, v in (saved.classes or {}).items() if k.isdigit()))
+    if saved.classes and len(classes) != len(saved.classes):
+        raise PolicyError("DSCP keys must be integers", field="classes")
+    params = PolicyParams(saved.interval_ms, float(saved.threshold), float(saved.hysteresis))
+    PolicyChoice(policy, params, classes).validate(default_policies())
+    options = ForwardingOptions(saved.fast_failover, policy=policy, classes=classes)
+    return Config(saved.engine, options, params)
 
 
 class FabricCore:
     """Decisions for one declared fabric.  Holds no changing state of its own."""
 
     def __init__(
-        self, context: SubnetContext, lldp_ttl_s: float = 30.0, grace_s: float = DISCOVERY_GRACE_S
+        self,
+        context: SubnetContext,
+        lldp_ttl_s: float = 30.0,
+        grace_s: float = DISCOVERY_GRACE_S,
+        link_scale: float = 1.0,
     ) -> None:
+        """`link_scale`: what a link really carries per declared bit/s (an emulator shaping 400 Gb/s links
+        to 200 Mb/s: 0.0005) — adaptive routing's utilisation is relative to that capacity."""
         self.context = context
         self.lldp_ttl_s = lldp_ttl_s
         self.grace_s = grace_s
+        self.policies = default_policies()
+        self.capacity_bps: dict[PortRef, float] = {}
+        for link in context.declared.links:
+            for end in (link.a, link.b):
+                self.capacity_bps[end] = link.bw_gbps * 1e9 * link_scale
         self._handlers: dict[type, Callable[[_Builder, Any], None]] = {
             Start: self._start,
             SwitchConnected: self._connected,
@@ -146,6 +183,8 @@ class FabricCore:
             HostSeen: self._host_seen,
             Tick: self._tick,
             RoutingRequested: self._routing_requested,
+            PolicyRequested: self._policy_requested,
+            CountersSampled: self._counters,
             Saved: self._saved,
             RolloutDone: self._rollout_done,
         }
@@ -155,11 +194,11 @@ class FabricCore:
         base = Config()
         generation = 0
         if saved is not None:
-            base = Config(saved.engine, replace(base.options, fast_failover=saved.fast_failover,
-                                                multipath=saved.multipath))  # fmt: skip
+            base = config_of(saved)
             generation = saved.generation
         chosen = config or base
         self.context.registry.create(chosen.engine)  # an unknown engine fails before anything runs
+        chosen.policy.validate(self.policies)  # so does an unknown policy or a bad parameter
         if generation > MAX_GENERATION - GENERATION_BLOCK:
             raise GenerationExhausted(f"generation {generation} leaves no room below 2^48")
         return FabricState(config=chosen, generation=generation, reserved=generation)
@@ -551,8 +590,50 @@ class FabricCore:
         )
         step.update(reserved=reserved)
         self._commit(step, pending.computation, pending.config)
-        self._rollout(step, RecordKind.ROUTING_CHANGE, pending.detected_at, request=pending.request,
-                      engine=pending.config.engine)  # fmt: skip
+        details: dict[str, Any] = {"engine": pending.config.engine}
+        if pending.kind is RecordKind.POLICY_CHANGE:
+            details = {"policy": pending.config.options.policy, "reason": "operator request"}
+        self._rollout(step, pending.kind, pending.detected_at, request=pending.request, **details)
+
+    def _policy_requested(self, step: _Builder, event: PolicyRequested) -> None:
+        """A policy change: validated whole (name, parameters, classes, and that the fabric has equal-cost
+        alternatives for a multipath policy), persisted, then rolled out like a routing change."""
+        state = step.state
+        try:
+            choice = event.choice.validate(self.policies)
+            options = replace(
+                state.config.options, policy=choice.name, multipath=False, classes=choice.classes
+            )
+            config = replace(state.config, options=options, policy_params=choice.params)
+            computation = self._compute(step, config)
+            problem = computation.policy_problem()
+            if problem is not None:
+                raise problem
+        except (InputError, GenerationExhausted) as exc:
+            step.emit(Reply(event.request, error=exc))
+            return
+        reserved = max(state.reserved, min(computation.generation + GENERATION_BLOCK, MAX_GENERATION))
+        step.update(pending_change=PendingChange(computation, config, event.request, step.now,
+                                                 RecordKind.POLICY_CHANGE))  # fmt: skip
+        step.update(load=replace(state.load, moved_at={}))
+        step.emit(Save(saved_state(config, reserved)))
+
+    # --- adaptive routing ----------------------------------------------------------------------------------
+
+    def _counters(self, step: _Builder, event: CountersSampled) -> None:
+        """A counter sample: utilisation per switch port; under an adaptive policy, slot moves for every
+        slot table with a hot port (or back towards even weights), rolled out as one change."""
+        state = step.state
+        decision = adaptive.sample(state, event, self.context.switch_of_dpid, self.capacity_bps, step.now)
+        step.update(load=decision.load)
+        if not decision.changed or state.current is None:
+            return
+        computation = self.context.reweight(state.current, decision.changed)
+        step.update(current=computation, synced=state.synced - set(decision.changed))
+        reasons = decision.reasons
+        reason = "; ".join(reasons[:5]) + (f" (+{len(reasons) - 5} more)" if len(reasons) > 5 else "")
+        self._rollout(step, RecordKind.ADAPTIVE_MOVE, event.at, only=sorted(decision.changed),
+                      reason=reason, moves=decision.moves, policy="adaptive")  # fmt: skip
 
 
 def changed_destinations(previous: Computation | None, current: Computation) -> int | None:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
-from controller.sm.intents import ForwardingOptions, SwitchDelta, SwitchProgram
+from controller.sm.intents import FlowKey, ForwardingOptions, SwitchDelta, SwitchProgram
 from controller.sm.manager import Computation
+from controller.sm.policies import PolicyChoice, PolicyParams
 from controller.sm.validation import Discovery
 from topologies.model import PortRef
 
@@ -31,6 +32,10 @@ class RecordKind(StrEnum):
     PORT_DOWN = "port_down"
     PORT_UP = "port_up"
     ROUTING_CHANGE = "routing_change"
+    #: The operator chose another routing policy (or its parameters).
+    POLICY_CHANGE = "policy_change"
+    #: Adaptive routing moved slots off a hot link (or back towards even weights); `reason`, `moves`.
+    ADAPTIVE_MOVE = "adaptive_move"
     STATE_SAVE_FAILED = "state_save_failed"
     #: A switch lost entries it should hold (flow-removed) or differed at an audit: read back and repaired.
     ENTRIES_LOST = "entries_lost"
@@ -70,6 +75,10 @@ class Record:
     reason: str | None = None
     #: Entries a switch reported removed although the controller wanted them there.
     entries_lost: int | None = None
+    #: Routing policy in force after the event (policy changes).
+    policy: str | None = None
+    #: Adaptive moves, one line each: "leaf1: 2 slot(s) 3->4 (relief; 93% -> 20%)".
+    moves: tuple[str, ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -91,6 +100,12 @@ class Config:
 
     engine: str = "ftree"
     options: ForwardingOptions = field(default_factory=ForwardingOptions)
+    #: Parameters of the routing policy named in `options` (only ``adaptive`` acts on them).
+    policy_params: PolicyParams = field(default_factory=PolicyParams)
+
+    @property
+    def policy(self) -> PolicyChoice:
+        return PolicyChoice(self.options.policy, self.policy_params, self.options.classes)
 
 
 @dataclass(frozen=True)
@@ -101,6 +116,31 @@ class PendingChange:
     config: Config
     request: int | None
     detected_at: float
+    kind: RecordKind = RecordKind.ROUTING_CHANGE
+
+
+@dataclass(frozen=True)
+class Load:
+    """What adaptive routing knows of link load: the last counter sample and the utilisation it gave."""
+
+    #: When the last sample was taken, and each switch port's transmitted bytes then.
+    at: float | None = None
+    tx_bytes: Mapping[PortRef, int] = field(default_factory=dict)
+    #: (switch, slot flow key) -> bytes it matched, at the last sample.
+    slot_bytes: Mapping[tuple[str, FlowKey], int] = field(default_factory=dict)
+    #: Share of capacity each switch port transmitted over the last interval.
+    utilisation: Mapping[PortRef, float] = field(default_factory=dict)
+    #: (switch, set of ports) -> when its slots last moved: the next sample that covers the move is skipped.
+    moved_at: Mapping[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)
+    #: Smoothed utilisation per switch port and load per slot flow (see `controller.core.adaptive`).
+    smoothed: Mapping[PortRef, float] = field(default_factory=dict)
+    slot_smoothed: Mapping[tuple[str, FlowKey], float] = field(default_factory=dict)
+    #: Ports whose history a move made stale: their next clean sample replaces it.
+    fresh: frozenset[PortRef] = frozenset()
+    #: (switch, set) -> calm samples in a row (none of its ports above the threshold).
+    calm: Mapping[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)
+    samples: int = 0
+    moves: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,6 +189,7 @@ class FabricState:
     repairing: Mapping[str, float] = field(default_factory=dict)
     #: Where the round-robin audit continues (index into the declared switches).
     audit_next: int = 0
+    load: Load = field(default_factory=Load)
 
     @property
     def in_sync(self) -> bool:
@@ -156,4 +197,13 @@ class FabricState:
         return self.current is not None and self.connected <= self.synced
 
 
-__all__ = ["MAX_RECORDS", "Config", "FabricState", "PendingChange", "PendingRollout", "Record", "RecordKind"]
+__all__ = [
+    "MAX_RECORDS",
+    "Config",
+    "FabricState",
+    "Load",
+    "PendingChange",
+    "PendingRollout",
+    "Record",
+    "RecordKind",
+]

@@ -166,6 +166,7 @@ class LiveView:
             "engine": state.config.engine,
             "fast_failover": state.config.options.fast_failover,
             "multipath": state.config.options.multipath,
+            "policy": state.config.options.policy,
             "verified": bool(current and current.verification.ok),
             "in_sync": state.in_sync,
             "switches": len(declared),

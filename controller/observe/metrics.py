@@ -17,7 +17,9 @@ counters, labels `switch`, `port`, `tier`, `link`.  To add a family when its fea
 * per-queue counters (QoS): one `_port_counters` call over the queue stats with a `queue` label, e.g.
   `yield from _counters("fabriclab_queue", QUEUE_FIELDS, ("switch", "port", "tier", "queue"), rows)`;
 * partition drops: `yield _counter("fabriclab_partition_drops_total", "...", ("pkey",), state.pkey_drops)`;
-* routing policy: a `"policy": config.policy` entry in `_routing_labels`.
+
+The routing policy is a label of the routing info (`policy`); policy changes and adaptive moves are event
+kinds (`policy_change`, `adaptive_move`) like every other record.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ def _routing_labels(config: Config) -> dict[str, str]:
         "engine": config.engine,
         "fast_failover": str(config.options.fast_failover).lower(),
         "multipath": str(config.options.multipath).lower(),
+        "policy": config.options.policy,
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -31,6 +32,7 @@ from controller.service import Busy, FabricService, Published
 from controller.sm.engines import UnknownEngine
 from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import UnknownSwitch
+from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, class_map, default_policies
 from controller.sm.tables import RouteError
 from topologies.errors import InputError
 
@@ -61,6 +63,7 @@ def create_app(
     mount(app, obs)
     mutation = [Depends(require_token_dependency(token))]
     dry_runs = threading.BoundedSemaphore(MAX_CONCURRENT_DRY_RUNS)
+    policies = default_policies()
 
     def snap() -> Published:
         return service.snapshot()
@@ -125,15 +128,20 @@ def create_app(
 
     @app.get(f"{API}/routes", response_model=models.RouteView, responses=_errors(404, 409, 503))
     def routes(
-        src: Annotated[str, Query(max_length=128)], dst: Annotated[str, Query(max_length=128)]
+        src: Annotated[str, Query(max_length=128)],
+        dst: Annotated[str, Query(max_length=128)],
+        sport: Annotated[int | None, Query(ge=0, le=65535, description="UDP source port")] = None,
+        dscp: Annotated[int, Query(ge=0, le=63, description="traffic class (DSCP)")] = 0,
     ) -> models.RouteView:
+        """The table's path, or with `sport` the path a UDP packet from that source port takes under the
+        routing policy (its slots, with adaptive routing's current weights)."""
         pub = snap()
         for field, value in (("src", src), ("dst", dst)):
             if value not in pub.context.declared.nodes:
                 raise ApiError(404, f"unknown node {value!r}", field)
         computation = current_or_503(pub)
         try:
-            path = pub.context.route(computation, src, dst)
+            path = pub.context.route(computation, src, dst, sport, dscp)
         except RouteError as exc:
             raise ApiError(409, str(exc), "dst") from None
         return models.RouteView(
@@ -155,6 +163,7 @@ def create_app(
             engines=pub.context.registry.names(),
             fast_failover=config.options.fast_failover,
             multipath=config.options.multipath,
+            policy=config.options.policy,
             generation=pub.state.generation,
             digest=current.tables.digest(),
             verification=models.VerificationView(
@@ -162,6 +171,9 @@ def create_app(
                 unreachable_pairs=v.unreachable_pairs,
                 loop_entries=v.loop_entries,
                 deadlock_free=v.deadlock.acyclic if v.deadlock else None,
+                alternatives_deadlock_free=(
+                    v.deadlock_alternatives.acyclic if v.deadlock_alternatives else None
+                ),
                 mean_hops=round(v.mean_hops, 3),
                 max_hops=v.max_hops,
             ),
@@ -188,20 +200,14 @@ def create_app(
                 400, f"engine: unknown routing engine {update.engine!r} (available: {names})", "engine"
             )
         config = pub.state.config
-        options = ForwardingOptions(
-            config.options.fast_failover if update.fast_failover is None else update.fast_failover,
-            config.options.multipath if update.multipath is None else update.multipath,
-        )
+        options = config.options
+        if update.fast_failover is not None:
+            options = replace(options, fast_failover=update.fast_failover)
+        if update.multipath is not None and update.multipath != options.multipath:
+            # the legacy switch: on means ecmp, off means static (see /routing/policy for the others)
+            options = ForwardingOptions(options.fast_failover, update.multipath, classes=options.classes)
         if update.dry_run:
-            if not dry_runs.acquire(blocking=False):
-                raise ApiError(
-                    503, "too many dry runs at once; try again shortly", None, {"Retry-After": "2"}
-                )
-            try:
-                return models.DryRunResult(**await run_in_threadpool(dry_run, pub.context, pub.state,
-                                                                     update.engine, options))  # fmt: skip
-            finally:
-                dry_runs.release()
+            return await dry_run_or_503(pub, update.engine, options)
         try:
             record = await run_in_threadpool(service.set_routing, update.engine, options)
         except UnknownEngine as exc:
@@ -213,6 +219,64 @@ def create_app(
         except StateNotSaved as exc:
             raise ApiError(500, str(exc), None) from None
         return models.EventView(**record)
+
+    @app.get(f"{API}/routing/policy", response_model=models.PolicyView, responses=_errors(503))
+    def get_policy() -> models.PolicyView:
+        pub = snap()
+        current_or_503(pub)
+        return models.policy(pub, policies)
+
+    @app.put(
+        f"{API}/routing/policy",
+        dependencies=mutation,
+        response_model=models.EventView | models.DryRunResult,
+        response_model_exclude_none=True,
+        responses=_errors(400, 401, 413, 415, 422, 500, 503),
+        openapi_extra=_body_schema(models.PolicyUpdate),
+    )
+    async def put_policy(request: Request) -> Any:
+        """Choose the routing policy (and adaptive routing's parameters) and reprogram the switches; the
+        answer comes once every switch confirmed (`dry_run`: report only).  Validated whole: a bad value
+        is a 4xx naming the field, and nothing changes."""
+        update = parse_body(await request.body(), models.PolicyUpdate)
+        pub = snap()
+        current_or_503(pub)
+        config = pub.state.config
+        old = config.policy_params
+        try:
+            choice = PolicyChoice(
+                config.options.policy if update.policy is None else update.policy,
+                PolicyParams(
+                    old.interval_ms if update.interval_ms is None else update.interval_ms,
+                    old.threshold if update.threshold is None else update.threshold,
+                    old.hysteresis if update.hysteresis is None else update.hysteresis,
+                ),
+                config.options.classes if update.classes is None else class_map(update.classes),
+            ).validate(policies)
+        except PolicyError as exc:
+            status = 400 if exc.field == "policy" and update.policy not in policies else 422
+            raise ApiError(status, str(exc), exc.field) from None
+        if update.dry_run:
+            options = replace(config.options, policy=choice.name, multipath=False, classes=choice.classes)
+            return await dry_run_or_503(pub, None, options)
+        try:
+            record = await run_in_threadpool(service.set_policy, choice)
+        except InputError as exc:
+            raise ApiError(422, str(exc), exc.field) from None
+        except Busy as exc:
+            raise ApiError(503, str(exc), None, {"Retry-After": str(exc.retry_after_s)}) from None
+        except StateNotSaved as exc:
+            raise ApiError(500, str(exc), None) from None
+        return models.EventView(**record)
+
+    async def dry_run_or_503(pub: Published, engine: str | None, options: ForwardingOptions) -> Any:
+        if not dry_runs.acquire(blocking=False):
+            raise ApiError(503, "too many dry runs at once; try again shortly", None, {"Retry-After": "2"})
+        try:
+            return models.DryRunResult(**await run_in_threadpool(dry_run, pub.context, pub.state, engine,
+                                                                 options))  # fmt: skip
+        finally:
+            dry_runs.release()
 
     @app.get(f"{API}/validation", response_model=models.ValidationView)
     def validation() -> models.ValidationView:

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.service import PortCounters, Published
+from controller.sm.policies import PolicyRegistry
 from controller.sm.tables import Hop
 
 
@@ -126,6 +127,9 @@ class VerificationView(_Out):
     unreachable_pairs: int
     loop_entries: int
     deadlock_free: bool | None
+    alternatives_deadlock_free: bool | None = Field(
+        None, description="also deadlock-free over every equal-cost alternative (failover, multipath)"
+    )
     mean_hops: float
     max_hops: int
 
@@ -134,7 +138,8 @@ class RoutingView(_Out):
     engine: str
     engines: list[str]
     fast_failover: bool
-    multipath: bool
+    multipath: bool = Field(description="the routing policy uses equal-cost alternatives (not 'static')")
+    policy: str = Field(description="routing policy: static, ecmp, spray or adaptive (see /routing/policy)")
     generation: int
     digest: str
     verification: VerificationView
@@ -149,6 +154,41 @@ class RoutingUpdate(BaseModel):
     engine: str | None = Field(None, max_length=64)
     fast_failover: bool | None = None
     multipath: bool | None = None
+    dry_run: bool = False
+
+
+class PolicyView(_Out):
+    """The routing policy in force, what it means, and what adaptive routing has done."""
+
+    policy: str
+    summary: str
+    multipath: bool = Field(description="uses the equal-cost alternatives")
+    per_packet: bool = Field(description="senders vary the UDP source port per packet (expect reordering)")
+    adaptive: bool
+    interval_ms: int
+    threshold: float
+    hysteresis: float
+    classes: dict[str, str] = Field(description='per-DSCP exceptions: {"26": "static"}')
+    policies: list[str] = Field(description="available policies")
+    generation: int
+    slot_tables: int = Field(description="sets of equal-cost ports with a slot table, over all switches")
+    samples: int = Field(description="counter samples handed to adaptive routing")
+    moves: int = Field(description="slot moves made by adaptive routing")
+    utilisation_at: float | None = Field(None, description="when the last sample was taken (epoch s)")
+    hottest: list[str] = Field(description="the most utilised switch ports at the last sample")
+
+
+class PolicyUpdate(BaseModel):
+    """Choose the routing policy; omitted fields keep their value."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    policy: str | None = Field(None, max_length=32)
+    interval_ms: int | None = Field(None, description="adaptive: counter polling interval, >= 10 ms")
+    threshold: float | None = Field(None, description="adaptive: utilisation that makes traffic move, (0, 1]")
+    hysteresis: float | None = Field(None, description="adaptive: moves stop/restore below threshold - this")
+    classes: dict[str, str] | None = Field(
+        None, max_length=64, description='per-DSCP exceptions, {"26": "static"}; {} clears them'
+    )
     dry_run: bool = False
 
 
@@ -185,6 +225,8 @@ class EventView(_Out):
     changed_destinations: int | None = None
     reason: str | None = None
     entries_lost: int | None = None
+    policy: str | None = None
+    moves: list[str] | None = None
 
 
 class LinkStatus(_Out):
@@ -302,6 +344,32 @@ def switch(pub: Published, name: str) -> SwitchView:
     )
 
 
+def policy(pub: Published, policies: PolicyRegistry) -> PolicyView:
+    state = pub.state
+    config = state.config
+    made = policies.create(config.options.policy, config.policy_params)
+    load = state.load
+    hottest = sorted(load.utilisation.items(), key=lambda item: (-item[1], str(item[0])))[:5]
+    return PolicyView(
+        policy=made.name,
+        summary=made.summary,
+        multipath=made.multipath,
+        per_packet=made.per_packet,
+        adaptive=made.adaptive,
+        interval_ms=config.policy_params.interval_ms,
+        threshold=config.policy_params.threshold,
+        hysteresis=config.policy_params.hysteresis,
+        classes={str(dscp): name for dscp, name in config.options.classes},
+        policies=policies.names(),
+        generation=state.generation,
+        slot_tables=state.current.slot_sets if state.current else 0,
+        samples=load.samples,
+        moves=load.moves,
+        utilisation_at=load.at,
+        hottest=[f"{ref} {util:.0%}" for ref, util in hottest],
+    )
+
+
 def hops(path: list[Hop]) -> list[HopView]:
     return [HopView(node=h.node, in_port=h.in_port, out_port=h.out_port) for h in path]
 
@@ -314,6 +382,8 @@ __all__ = [
     "LftEntry",
     "LftView",
     "LinkView",
+    "PolicyUpdate",
+    "PolicyView",
     "RouteView",
     "RoutingUpdate",
     "RoutingView",

@@ -15,19 +15,25 @@ fabric and re-sweeps keep them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from controller.sm.addressing import AddressTable
 from controller.sm.engines import EngineRegistry, RoutingEngine, default_registry, select_engine
 from controller.sm.incremental import NotIncremental, reroute
 from controller.sm.intents import (
     MAX_GENERATION,
+    FlowKey,
     ForwardingOptions,
     GenerationExhausted,
     SwitchProgram,
+    Weights,
     compile_programs,
+    switch_levels,
 )
 from controller.sm.lids import LidMap, assign_lids
+from controller.sm.policies import SLOTS, Assignment, PolicyError, even_assignment, slot_shift
 from controller.sm.subnet import Subnet
 from controller.sm.tables import Hop, RouteError, RoutingTables
 from controller.sm.verify import Verification, verify
@@ -65,9 +71,30 @@ class Computation:
         """How many destinations moved: the count a port-down event reports."""
         return None if self.changed_lids is None else len(self.changed_lids)
 
+    #: Per switch: each set of equal-cost ports with a slot table -> its slot assignment (multipath only).
+    weights: Mapping[str, Mapping[tuple[int, ...], Assignment]] = field(default_factory=dict)
+    #: Per switch and set: its slot flows' keys in slot order (their counters are per-slot load).
+    slot_keys: Mapping[str, Mapping[tuple[int, ...], tuple[FlowKey, ...]]] = field(default_factory=dict)
+
+    @property
+    def slot_sets(self) -> int:
+        return sum(len(sets) for sets in self.weights.values())
+
+    def policy_problem(self) -> PolicyError | None:
+        """Why this fabric cannot support the chosen policy (a multipath policy without any equal-cost
+        alternatives), or None."""
+        if self.options.slot_tables and self.slot_sets == 0:
+            multipath = self.options.policy if self.options.multipath else "a multipath class"
+            return PolicyError(
+                f"{multipath!r} needs equal-cost alternatives, and the {self.engine} tables of this fabric "
+                "have none (one path per destination)",
+                field="policy",
+            )
+        return None
+
 
 def _route(
-    router: RoutingEngine, live: Fabric, lids: LidMap, previous: Computation | None
+    router: RoutingEngine, live: Fabric, lids: LidMap, previous: Computation | None, alternatives: bool
 ) -> tuple[RoutingTables, Verification, frozenset[int] | None]:
     """Incremental when the live fabric is the previous computation's minus failures with the same engine
     (only destinations that used the failed part move); a full routing otherwise, or when the spliced tables
@@ -78,12 +105,12 @@ def _route(
         except NotIncremental:
             result = None
         if result is not None and (result.failed_links or result.failed_switches or result.removed_lids):
-            verification = verify(result.tables)
+            verification = verify(result.tables, alternatives=alternatives)
             if verification.ok:
                 return result.tables, verification, result.changed_lids
-            return result.full, verify(result.full), None
+            return result.full, verify(result.full, alternatives=alternatives), None
     tables = router.route(Subnet.build(live, lids))
-    return tables, verify(tables), None
+    return tables, verify(tables, alternatives=alternatives), None
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,6 +183,8 @@ class SubnetContext:
         switches, only the destinations whose routes used the failed part are rerouted
         (`incremental.reroute`; `changed_lids` says which moved).  With `fallback`, an engine that cannot
         route the live fabric (ftree on a non-tree) is replaced by it, and `fallback` in the result says why.
+
+        Sets of equal-cost ports that still exist keep their slot assignment (adaptive weights).
         """
         router = self.registry.create(engine)
         if fallback is not None:
@@ -170,11 +199,25 @@ class SubnetContext:
         note = None
         if fallback is not None:
             router, note = select_engine(self.registry, engine, Subnet.build(live, lids), fallback)
-        tables, verification, changed = _route(router, live, lids, previous)
+        tables, verification, changed = _route(
+            router, live, lids, previous, options.fast_failover or options.slot_tables
+        )
         reuse = None
-        if previous is not None and previous.engine == engine and previous.options == options:
+        weights: Weights | None = None
+        keys = None
+        if (
+            previous is not None
+            and previous.engine == engine
+            and previous.options.tables_key == options.tables_key
+        ):
             reuse = (previous.tables, previous.programs)
-        programs = compile_programs(tables, self.addresses, self.dpids, options, generation, reuse)
+            keys = {k: dict(v) for k, v in previous.slot_keys.items()}
+            # adaptive weights carry over while the policy stays; any other change starts even
+            weights = previous.weights if previous.options == options else {}
+        programs, assignments, slot_keys = compile_programs(
+            tables, self.addresses, self.dpids, options, generation, reuse, weights,
+            previous.weights if reuse and previous is not None else None, keys,
+        )  # fmt: skip
         return Computation(
             generation=generation,
             engine=engine,
@@ -187,13 +230,56 @@ class SubnetContext:
             incremental=changed is not None,
             fallback=note,
             changed_lids=changed,
+            weights=assignments,
+            slot_keys=slot_keys,
         )
 
-    def route(self, computation: Computation, src: str, dst: str) -> list[Hop]:
+    def reweight(self, computation: Computation, weights: Weights) -> Computation:
+        """The same generation with other slot assignments for some switches (an adaptive move): only
+        those switches' programs are compiled again."""
+        merged = {**computation.weights, **{k: dict(v) for k, v in weights.items()}}
+        programs, assignments, slot_keys = compile_programs(
+            computation.tables,
+            self.addresses,
+            self.dpids,
+            computation.options,
+            computation.generation,
+            (computation.tables, computation.programs),
+            merged,
+            computation.weights,
+            {k: dict(v) for k, v in computation.slot_keys.items()},
+        )
+        return replace(computation, programs=programs, weights=assignments, slot_keys=slot_keys)
+
+    def route(
+        self, computation: Computation, src: str, dst: str, sport: int | None = None, dscp: int = 0
+    ) -> list[Hop]:
+        """The path of a packet from `src` to `dst`: the table's, or — under a multipath policy, for a UDP
+        packet from source port `sport` in traffic class `dscp` — the one its slots choose."""
         for name in (src, dst):
             if name not in self.declared.nodes:
                 raise RouteError(f"unknown node {name!r}")
-        return computation.tables.path(src, dst)
+        options = computation.options
+        multipath = dict(options.classes).get(dscp, options.policy) != "static"
+        if sport is None or not multipath:
+            return computation.tables.path(src, dst)
+        tables = computation.tables
+        subnet = tables.subnet
+        levels = switch_levels(subnet).tolist()
+
+        def choose(switch: int, lid: int, port: int) -> int:
+            target = subnet.lid_target(lid)[0]
+            if target == switch:
+                return port
+            bits = np.unpackbits(tables.alt[switch, target], count=subnet.n_ports)
+            ports = tuple(int(p) for p in np.flatnonzero(bits))
+            if len(ports) < 2:
+                return port
+            sets = computation.weights.get(subnet.switch_names[switch], {})
+            assignment = sets.get(ports) or even_assignment(ports)
+            return assignment[(sport >> slot_shift(levels[switch])) & (SLOTS - 1)]
+
+        return tables.path(src, dst, choose)
 
     def lft(self, computation: Computation, switch: str) -> dict[int, int]:
         if switch not in self.dpids:

@@ -16,6 +16,15 @@ reports — so their meaning is defined once, here:
 
 Fast failover stays on under every policy.  Policies are plain data plus a little behaviour; the registry
 is filled explicitly (`default_policies`), never by import side effects.
+
+How the controller realises them on OpenFlow 1.3 (measured choices, see docs/policies.md): every multipath
+policy uses the same *slot table* per switch and set of equal-cost ports — the packet's UDP source port,
+a 4-bit window of it per switch level (`slot_shift`), picks one of `SLOTS` slots by a masked match, and
+each slot names one port (`Assignment`).  Even weights are an even assignment; ``adaptive`` changes the
+assignment (exact weight changes, one flow-mod per moved slot).  ``ecmp`` and ``spray`` install the same
+tables: on Ethernet, spraying is the sender's choice of entropy, so what differs is ``per_packet``, which
+the traffic engine follows.  A fabric may choose per traffic class (DSCP) between ``static`` and the
+fabric's multipath policy (`PolicyChoice.classes`), e.g. keeping reorder-sensitive traffic on one path.
 """
 
 from __future__ import annotations
@@ -30,6 +39,19 @@ from topologies.errors import InputError
 #: The smallest adaptive interval: below it the controller's own polling would load a 2-core machine.
 MIN_INTERVAL_MS = 10
 MAX_INTERVAL_MS = 60_000
+#: Slot tables: this many bits of the UDP source port select one of SLOTS slots at a switch.  16 slots
+#: split 2 or 4 ports exactly and 3 ports as 6/5/5; weights change in steps of 1/16.
+SLOT_BITS = 4
+SLOTS = 1 << SLOT_BITS
+#: Switch levels (hops from the nearest switch with hosts) use disjoint windows of the source port — bits
+#: 0-3 at leaves, 4-7 one level up, 8-11 above — so choices at successive hops are independent (no hash
+#: polarisation) within RoCEv2's 14 bits of source-port entropy.
+SLOT_WINDOWS = 3
+#: DSCP values a per-class choice may name.
+MAX_DSCP = 63
+
+#: slot -> port, for one switch and one set of equal-cost ports (len == SLOTS).
+Assignment = tuple[int, ...]
 
 
 class PolicyError(InputError):
@@ -182,16 +204,119 @@ def default_policies() -> PolicyRegistry:
     return registry
 
 
+def slot_shift(level: int) -> int:
+    """The lowest source-port bit of the slot window used at a switch `level` hops above the hosts."""
+    return SLOT_BITS * (max(0, level) % SLOT_WINDOWS)
+
+
+def even_assignment(ports: tuple[int, ...]) -> Assignment:
+    """Slots dealt round-robin over `ports` (sorted): equal weights, to within one slot."""
+    if not ports:
+        raise ValueError("a slot table needs at least one port")
+    return tuple(ports[i % len(ports)] for i in range(SLOTS))
+
+
+def weights_of(assignment: Assignment) -> dict[int, int]:
+    """port -> slots it holds (ports with none are absent)."""
+    counts: dict[int, int] = {}
+    for port in assignment:
+        counts[port] = counts.get(port, 0) + 1
+    return counts
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """What an operator chose: the fabric's policy, its parameters, and per traffic class (DSCP) exceptions.
+
+    A class may only differ from the fabric between ``static`` and the fabric's multipath policy (or, on a
+    static fabric, one multipath policy for all its exceptions): multipath classes share the slot tables,
+    so one fabric cannot weigh them adaptively for one class and evenly for another."""
+
+    name: str = "static"
+    params: PolicyParams = PolicyParams()
+    #: (dscp, policy name), sorted by DSCP.
+    classes: tuple[tuple[int, str], ...] = ()
+
+    def validate(self, registry: PolicyRegistry) -> PolicyChoice:
+        if not isinstance(self.name, str):
+            raise PolicyError(f"must be a policy name, got {self.name!r}", field="policy")
+        registry.create(self.name, self.params)  # unknown name or bad parameters
+        seen: set[int] = set()
+        multipath: set[str] = set()
+        for dscp, name in self.classes:
+            if isinstance(dscp, bool) or not isinstance(dscp, int) or not 0 <= dscp <= MAX_DSCP:
+                raise PolicyError(f"DSCP must be an integer in 0..{MAX_DSCP}, got {dscp!r}", field="classes")
+            if dscp in seen:
+                raise PolicyError(f"DSCP {dscp} listed twice", field="classes")
+            seen.add(dscp)
+            if name not in registry:
+                known = ", ".join(registry.names())
+                raise PolicyError(
+                    f"DSCP {dscp}: unknown routing policy {name!r} (available: {known})", field="classes"
+                )
+            if name != "static":
+                multipath.add(name)
+        if self.name != "static":
+            multipath.add(self.name)
+        if len(multipath) > 1:
+            raise PolicyError(
+                f"multipath policies {sorted(multipath)} would share slot tables: a class may differ "
+                "from the fabric only by being static",
+                field="classes",
+            )
+        return self
+
+    @property
+    def multipath_policy(self) -> str | None:
+        """The one multipath policy in use (fabric or classes), or None when everything is static."""
+        if self.name != "static":
+            return self.name
+        return next((name for _, name in self.classes if name != "static"), None)
+
+    def policy_of(self, dscp: int) -> str:
+        return dict(self.classes).get(dscp, self.name)
+
+
+def class_map(
+    classes: Mapping[str, str] | Mapping[int, str] | Mapping[int | str, str] | None,
+) -> tuple[tuple[int, str], ...]:
+    """{"26": "static"} (JSON) or {26: "static"} -> sorted (dscp, policy) pairs; keys checked."""
+    if not classes:
+        return ()
+    pairs: list[tuple[int, str]] = []
+    for key, name in classes.items():
+        try:
+            dscp = int(key)
+        except (TypeError, ValueError):
+            raise PolicyError(
+                f"DSCP must be an integer in 0..{MAX_DSCP}, got {key!r}", field="classes"
+            ) from None
+        if not isinstance(name, str):
+            raise PolicyError(f"DSCP {dscp}: policy must be a name, got {name!r}", field="classes")
+        pairs.append((dscp, name))
+    return tuple(sorted(pairs))
+
+
 __all__ = [
+    "MAX_DSCP",
     "MAX_INTERVAL_MS",
     "MIN_INTERVAL_MS",
+    "SLOTS",
+    "SLOT_BITS",
+    "SLOT_WINDOWS",
     "AdaptivePolicy",
+    "Assignment",
     "EcmpPolicy",
+    "PolicyChoice",
     "PolicyError",
     "PolicyParams",
     "PolicyRegistry",
     "RoutingPolicy",
     "SprayPolicy",
     "StaticPolicy",
+    "class_map",
     "default_policies",
+    "even_assignment",
+    "slot_shift",
+    "weights_of",
 ]

@@ -9,7 +9,7 @@ fast-failover groups and adaptive routing draw on it later without recomputing p
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,8 +77,9 @@ class RoutingTables:
         lids = self.subnet.dest_lids
         return {int(lid): int(row[lid]) for lid in lids if row[lid] != NO_PORT}
 
-    def path(self, src: str, dst: str) -> list[Hop]:
-        """Hop-by-hop path from host (or switch) `src` to host (or switch) `dst`, following the tables."""
+    def path(self, src: str, dst: str, choose: Callable[[int, int, int], int] | None = None) -> list[Hop]:
+        """Hop-by-hop path from host (or switch) `src` to host (or switch) `dst`, following the tables;
+        `choose(switch, dst_lid, table_port)` may pick another port at a switch (a multipath policy)."""
         subnet = self.subnet
         try:
             dst_lid = subnet.lids.lid(dst)
@@ -96,6 +97,8 @@ class RoutingTables:
             current, in_port = subnet.switch_index[src], None
         for _ in range(subnet.n_switches + 1):
             out = int(self.lft[current, dst_lid])
+            if choose is not None and out not in (NO_PORT, 0):
+                out = choose(current, dst_lid, out)
             name = subnet.switch_names[current]
             if out == NO_PORT:
                 raise RouteError(f"{name} has no route to {dst} (LID {dst_lid})")

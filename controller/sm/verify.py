@@ -8,6 +8,11 @@ graphs are each acyclic (the layering is DFSSSP's idea, per destination here bec
 destination, not a path, to a traffic class; see `cdg`).  What matters is the data traffic, so the graph is
 built from routes to host LIDs as they are used by traffic from hosts.  Tables that carry their own layers
 (`dfsssp`) are checked layer by layer: each layer's graph must be acyclic.
+
+Fast failover and the multipath policies send packets over every equal-cost alternative the engine
+recorded (`RoutingTables.alt`), not only the table's port.  With ``alternatives=True`` a second check covers
+all of them: the dependency graph of every path a packet can take when any switch may pick any of its
+alternatives toward the destination (plus the table's own entries), which must be acyclic on its own.
 """
 
 from __future__ import annotations
@@ -57,10 +62,14 @@ class Verification:
     max_extra_hops: int
     pairs_longer_than_shortest: int
     deadlock: DeadlockReport | None
+    #: The same check over every alternative path (fast failover, multipath policies), one VL.
+    deadlock_alternatives: DeadlockReport | None = None
 
     @property
     def ok(self) -> bool:
         deadlock_ok = self.deadlock is None or self.deadlock.acyclic
+        if self.deadlock_alternatives is not None:
+            deadlock_ok = deadlock_ok and self.deadlock_alternatives.acyclic
         return (
             self.unreachable_pairs == 0 and self.loop_entries == 0 and self.dead_entries == 0 and deadlock_ok
         )
@@ -74,7 +83,10 @@ def channel_names(subnet: Subnet) -> list[str]:
     ]
 
 
-def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verification:
+def verify(
+    tables: RoutingTables, vls: int = 1, deadlock: bool = True, alternatives: bool = False
+) -> Verification:
+    """`alternatives`: also check deadlock freedom over every equal-cost alternative (see module doc)."""
     subnet = tables.subnet
     lft = tables.lft
     hosts = subnet.hosts_per_switch
@@ -112,11 +124,15 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
             max_extra = max(max_extra, int(extra[used].max()))
             longer += int(w[used & (extra > 0)].sum())
     routed_pairs = n_hosts * (n_hosts - 1) - unreachable
-    report = None
+    report = alt_report = None
     if deadlock and tables.layers is not None:
-        report = _layered_report(tables)
+        report = _layered_report(tables)  # layered tables: alternatives are not checked per layer
     elif deadlock:
-        report = _deadlock_report(tables, vls, merge(deps, False, subnet.switch_channels[1]))
+        merged = merge(deps, False, subnet.switch_channels[1])
+        report = _deadlock_report(tables, vls, merged)
+        if alternatives:
+            codes = np.union1d(merged[0], alternative_dependencies(tables))
+            alt_report = _deadlock_report(tables, 1, (codes, codes, merged[2]))
     return Verification(
         engine=tables.engine,
         host_pairs=n_hosts * (n_hosts - 1),
@@ -130,7 +146,48 @@ def verify(tables: RoutingTables, vls: int = 1, deadlock: bool = True) -> Verifi
         max_extra_hops=max_extra,
         pairs_longer_than_shortest=longer,
         deadlock=report,
+        deadlock_alternatives=alt_report,
     )
+
+
+def alternative_dependencies(tables: RoutingTables) -> I64:
+    """Channel dependency codes (c_in * n_channels + c_out) of every path host traffic can take when each
+    switch may forward over any of its alternatives toward the destination's switch."""
+    subnet = tables.subnet
+    chan, n_chan = subnet.switch_channels
+    n, width = subnet.n_switches, subnet.n_ports
+    nbr = subnet.nbr
+    is_link = nbr >= 0
+    targets = np.unique(subnet.ep_switch)
+    codes: list[I64] = []
+    for t in targets.tolist():
+        allowed = np.unpackbits(tables.alt[:, t, :], axis=1, count=width).astype(bool) & is_link
+        allowed[t] = False  # at the destination's switch the packet leaves to a host
+        # switches host traffic toward t can reach
+        used = subnet.has_hosts.copy()
+        while True:
+            rows, ports = np.nonzero(allowed & used[:, None])
+            grown = used.copy()
+            grown[nbr[rows, ports]] = True
+            if (grown == used).all():
+                break
+            used = grown
+        rows, ports = np.nonzero(allowed & used[:, None])
+        if rows.size == 0:
+            continue
+        mid = nbr[rows, ports]
+        c_in = chan[rows, ports]
+        # every way on from each middle switch
+        onward = allowed[mid]  # (edges, width)
+        e_idx, q = np.nonzero(onward)
+        if e_idx.size == 0:
+            continue
+        c_out = chan[mid[e_idx], q]
+        codes.append(np.unique(c_in[e_idx].astype(np.int64) * n_chan + c_out))
+    if not codes:
+        return np.zeros(0, dtype=np.int64)
+    assert n > 0
+    return np.unique(np.concatenate(codes))
 
 
 def deadlock_check(tables: RoutingTables, vls: int = 1) -> DeadlockReport:
@@ -177,4 +234,11 @@ def _deadlock_report(tables: RoutingTables, vls: int, dependencies: tuple[I64, I
     )
 
 
-__all__ = ["DeadlockReport", "Verification", "channel_names", "deadlock_check", "verify"]
+__all__ = [
+    "DeadlockReport",
+    "Verification",
+    "alternative_dependencies",
+    "channel_names",
+    "deadlock_check",
+    "verify",
+]

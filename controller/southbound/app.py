@@ -13,6 +13,7 @@ connection's arrival.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -26,7 +27,7 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3
 
-from controller.sm.intents import FlowIntent, GroupIntent, SwitchDelta
+from controller.sm.intents import SLOT_TABLE, FlowIntent, FlowKey, GroupIntent, SwitchDelta
 from controller.southbound import compat, openflow, packets
 
 LOG = logging.getLogger("fabriclab.openflow")
@@ -218,7 +219,7 @@ class FabricApp(app_manager.OSKenApp):  # type: ignore[misc]
 
     # --- calls from other threads ------------------------------------------------------------------------
 
-    def _request(self, dpid: int, build: Callable[[Any], Any], timeout_s: float) -> list[Any]:
+    def _send_request(self, dpid: int, build: Callable[[Any], Any]) -> tuple[Any, Any, _Waiter]:
         dp = self._dp(dpid)
         message = build(dp)
         dp.set_xid(message)
@@ -226,6 +227,10 @@ class FabricApp(app_manager.OSKenApp):  # type: ignore[misc]
         with self._lock:
             self._waiters[(id(dp), message.xid)] = waiter
         dp.send_msg(message)
+        return dp, message, waiter
+
+    def _await(self, dpid: int, sent: tuple[Any, Any, _Waiter], timeout_s: float) -> list[Any]:
+        dp, message, waiter = sent
         if not waiter.done.wait(timeout_s):
             with self._lock:
                 self._waiters.pop((id(dp), message.xid), None)
@@ -233,6 +238,9 @@ class FabricApp(app_manager.OSKenApp):  # type: ignore[misc]
         if waiter.gone:
             raise SwitchGone(f"switch {dpid:016x} disconnected while waiting")
         return waiter.bodies
+
+    def _request(self, dpid: int, build: Callable[[Any], Any], timeout_s: float) -> list[Any]:
+        return self._await(dpid, self._send_request(dpid, build), timeout_s)
 
     def read_switch(self, dpid: int, timeout_s: float = 10.0) -> SwitchSnapshot:
         port_desc = self._request(dpid, openflow.port_desc_request, timeout_s)
@@ -307,10 +315,17 @@ class FabricApp(app_manager.OSKenApp):  # type: ignore[misc]
         return sent
 
     def port_stats(self, timeout_s: float = 2.0) -> dict[tuple[int, int], dict[str, int]]:
+        """Every connected switch's port counters: all requests sent first, then the replies collected, so
+        a poll costs one round trip, not one per switch (adaptive routing polls every interval)."""
         result: dict[tuple[int, int], dict[str, int]] = {}
+        sent: dict[int, tuple[Any, Any, _Waiter]] = {}
         for dpid in sorted(self.connected()):
+            with contextlib.suppress(SwitchGone):
+                sent[dpid] = self._send_request(dpid, openflow.port_stats_request)
+        deadline = time.monotonic() + timeout_s
+        for dpid, request in sent.items():
             try:
-                bodies = self._request(dpid, openflow.port_stats_request, timeout_s)
+                bodies = self._await(dpid, request, max(0.0, deadline - time.monotonic()))
             except (SwitchGone, SwitchError):
                 continue
             for s in bodies:
@@ -325,6 +340,24 @@ class FabricApp(app_manager.OSKenApp):  # type: ignore[misc]
                         "rx_errors": s.rx_errors,
                         "tx_errors": s.tx_errors,
                     }
+        return result
+
+    def slot_stats(self, timeout_s: float = 2.0) -> dict[tuple[int, FlowKey], int]:
+        """Bytes matched by every slot-table flow of every connected switch, (dpid, flow key) -> bytes; all
+        requests sent first, then the replies collected."""
+        sent: dict[int, tuple[Any, Any, _Waiter]] = {}
+        for dpid in sorted(self.connected()):
+            with contextlib.suppress(SwitchGone):
+                sent[dpid] = self._send_request(dpid, lambda dp: openflow.table_stats_request(dp, SLOT_TABLE))
+        deadline = time.monotonic() + timeout_s
+        result: dict[tuple[int, FlowKey], int] = {}
+        for dpid, request in sent.items():
+            try:
+                bodies = self._await(dpid, request, max(0.0, deadline - time.monotonic()))
+            except (SwitchGone, SwitchError):
+                continue
+            for stat in bodies:
+                result[(dpid, openflow.flow_from_stats(stat).key)] = int(stat.byte_count)
         return result
 
     def disconnect_all(self) -> None:

@@ -20,15 +20,23 @@ from controller.sm.addressing import mac_str, parse_mac
 from controller.sm.intents import Action, FlowIntent, GroupIntent, GroupKind, SwitchDelta, match
 
 _MAC_FIELDS = frozenset({"eth_dst", "eth_src", "arp_sha", "arp_tha"})
+_MASK = "_mask"
+_ALL_ONES_64 = (1 << 64) - 1
 _GROUP_TYPES = {GroupKind.FAST_FAILOVER: ofp.OFPGT_FF, GroupKind.SELECT: ofp.OFPGT_SELECT}
 _GROUP_KINDS = {v: k for k, v in _GROUP_TYPES.items()}
 OFPP_CONTROLLER = ofp.OFPP_CONTROLLER
 
 
 def _of_match(fields: Iterable[tuple[str, int]]) -> Any:
+    """Intent match -> OFPMatch; a `<field>_mask` companion makes `<field>` a masked match."""
+    given = dict(fields)
     kwargs: dict[str, Any] = {}
-    for name, value in fields:
-        kwargs[name] = mac_str(value) if name in _MAC_FIELDS else value
+    for name, value in given.items():
+        if name.endswith(_MASK):
+            continue
+        shown: Any = mac_str(value) if name in _MAC_FIELDS else value
+        mask = given.get(name + _MASK)
+        kwargs[name] = shown if mask is None else (shown, mask)
     return parser.OFPMatch(**kwargs)
 
 
@@ -41,8 +49,28 @@ def _of_actions(actions: Sequence[Action]) -> list[Any]:
             result.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, arg))
         elif kind == "group":
             result.append(parser.OFPActionGroup(arg))
-        else:
+        elif kind not in _INSTRUCTIONS:
             raise ValueError(f"no OpenFlow action for intent {kind!r}")
+    return result
+
+
+#: Intent "actions" that are OpenFlow instructions of their own, in the order they are written.
+_INSTRUCTIONS = ("metadata", "goto")
+
+
+def _of_instructions(actions: Sequence[Action]) -> list[Any]:
+    """Apply-actions (if there are any actions), then write-metadata, then goto-table: one canonical order,
+    so what is read back compares equal to what was written."""
+    applied = _of_actions(actions)
+    result: list[Any] = []
+    if applied or not any(kind in _INSTRUCTIONS for kind, _ in actions):
+        result.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, applied))
+    for kind, arg in actions:
+        if kind == "metadata":
+            result.append(parser.OFPInstructionWriteMetadata(arg, _ALL_ONES_64))
+    for kind, arg in actions:
+        if kind == "goto":
+            result.append(parser.OFPInstructionGotoTable(arg))
     return result
 
 
@@ -53,7 +81,17 @@ def _of_actions(actions: Sequence[Action]) -> list[Any]:
 # are packed with struct directly.  tests/test_openflow_encoding.py checks the bytes are identical to
 # os-ken's for every shape we send; anything else goes through os-ken.
 
-_OXM = {"in_port": (0, 4), "eth_dst": (3, 6), "eth_src": (4, 6), "eth_type": (5, 2)}
+#: OXM field number and width of the fields we write (OpenFlow 1.3 §7.2.3.7).
+_OXM = {
+    "in_port": (0, 4),
+    "metadata": (2, 8),
+    "eth_dst": (3, 6),
+    "eth_src": (4, 6),
+    "eth_type": (5, 2),
+    "ip_dscp": (8, 1),
+    "ip_proto": (10, 1),
+    "udp_src": (15, 2),
+}
 #: Flags of every flow we add: tell us when it goes (see `flow_add`).
 ADD_FLAGS = ofp.OFPFF_SEND_FLOW_REM
 _FLOW_MOD = struct.Struct("!QQBBHHHIIIH2x")  # ofp_flow_mod after the header, before the match
@@ -61,10 +99,22 @@ _OFPT_FLOW_MOD = 14
 
 
 def _pack_match(fields: Sequence[tuple[str, int]]) -> bytes:
-    body = b"".join(
-        struct.pack("!HBB", 0x8000, _OXM[name][0] << 1, _OXM[name][1]) + value.to_bytes(_OXM[name][1], "big")
-        for name, value in sorted(fields, key=lambda f: _OXM[f[0]][0])
-    )
+    given = dict(fields)
+    parts = []
+    for name, value in sorted(given.items(), key=lambda f: _OXM[f[0].removesuffix(_MASK)][0]):
+        if name.endswith(_MASK):
+            continue
+        number, width = _OXM[name]
+        mask = given.get(name + _MASK)
+        if mask is None:
+            parts.append(struct.pack("!HBB", 0x8000, number << 1, width) + value.to_bytes(width, "big"))
+        else:
+            parts.append(
+                struct.pack("!HBB", 0x8000, number << 1 | 1, 2 * width)
+                + value.to_bytes(width, "big")
+                + mask.to_bytes(width, "big")
+            )
+    body = b"".join(parts)
     length = 4 + len(body)
     return struct.pack("!HH", 1, length) + body + bytes((8 - length % 8) % 8)
 
@@ -76,10 +126,19 @@ def _pack_actions(actions: Sequence[Action]) -> bytes:
             out.append(struct.pack("!HHIH6x", 0, 16, arg, ofp.OFPCML_MAX))
         elif kind == "controller":
             out.append(struct.pack("!HHIH6x", 0, 16, ofp.OFPP_CONTROLLER, arg))
-        else:  # group
+        elif kind == "group":
             out.append(struct.pack("!HHI", 22, 8, arg))
     body = b"".join(out)
-    return struct.pack("!HH4x", ofp.OFPIT_APPLY_ACTIONS, 8 + len(body)) + body
+    instructions = b""
+    if body or not any(kind in _INSTRUCTIONS for kind, _ in actions):
+        instructions = struct.pack("!HH4x", ofp.OFPIT_APPLY_ACTIONS, 8 + len(body)) + body
+    for kind, arg in actions:
+        if kind == "metadata":
+            instructions += struct.pack("!HH4xQQ", ofp.OFPIT_WRITE_METADATA, 24, arg, _ALL_ONES_64)
+    for kind, arg in actions:
+        if kind == "goto":
+            instructions += struct.pack("!HHB3x", ofp.OFPIT_GOTO_TABLE, 8, arg)
+    return instructions
 
 
 class FastFlowMod:
@@ -101,8 +160,8 @@ class FastFlowMod:
 
 
 def _fast_ok(flow: FlowIntent) -> bool:
-    return all(name in _OXM for name, _ in flow.match) and all(
-        kind in ("output", "controller", "group") for kind, _ in flow.actions
+    return all(name.removesuffix(_MASK) in _OXM for name, _ in flow.match) and all(
+        kind in ("output", "controller", "group", *_INSTRUCTIONS) for kind, _ in flow.actions
     )
 
 
@@ -132,7 +191,7 @@ def flow_add(dp: Any, flow: FlowIntent, fast: bool = True) -> Any:
     noticed at once.  `fast=False` builds os-ken's message (benchmark baseline)."""
     if fast and _fast_ok(flow):
         return _fast_flow_mod(flow, ofp.OFPFC_ADD)
-    instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, _of_actions(flow.actions))]
+    instructions = _of_instructions(flow.actions)
     return parser.OFPFlowMod(
         dp,
         cookie=flow.cookie,
@@ -178,10 +237,11 @@ def group_delete(dp: Any, group_id: int) -> Any:
 
 
 def make_messages(dp: Any, delta: SwitchDelta) -> list[Any]:
-    """Phase 1 of an update: groups first (flows may point at them), then flow adds/replacements."""
+    """Phase 1 of an update: groups first (flows may point at them), then flow adds/replacements, later
+    tables first (a flow may continue in a later table: what it continues to must be there)."""
     messages = [group_mod(dp, g, ofp.OFPGC_ADD) for g in delta.add_groups]
     messages += [group_mod(dp, g, ofp.OFPGC_MODIFY) for g in delta.modify_groups]
-    messages += [flow_add(dp, f) for f in delta.add_flows]
+    messages += [flow_add(dp, f) for f in sorted(delta.add_flows, key=lambda f: -f.table)]
     return messages
 
 
@@ -213,6 +273,11 @@ def flow_stats_request(dp: Any) -> Any:
     )
 
 
+def table_stats_request(dp: Any, table: int) -> Any:
+    """Flow statistics (with byte counters) of one table: the slot table's per-slot load."""
+    return parser.OFPFlowStatsRequest(dp, 0, table, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch())
+
+
 def group_desc_request(dp: Any) -> Any:
     return parser.OFPGroupDescStatsRequest(dp, 0)
 
@@ -242,8 +307,11 @@ def serialize(dp: Any, messages: Iterable[Any]) -> tuple[bytes, int]:
 def _intent_match(of_match: Any) -> dict[str, int]:
     fields: dict[str, int] = {}
     for name, value in of_match.items():
-        if isinstance(value, tuple):  # masked: not something we write; keep it distinct from ours
-            fields[name] = hash(value) & 0x7FFFFFFF
+        if isinstance(value, tuple):  # masked
+            if name in _OXM and name not in _MAC_FIELDS:
+                fields[name], fields[name + _MASK] = int(value[0]), int(value[1])
+            else:  # not something we write; keep it distinct from ours
+                fields[name] = hash(value) & 0x7FFFFFFF
         elif name in _MAC_FIELDS:
             fields[name] = parse_mac(value)
         else:
@@ -254,6 +322,7 @@ def _intent_match(of_match: Any) -> dict[str, int]:
 def flow_from_stats(stat: Any) -> FlowIntent:
     fields = _intent_match(stat.match)
     actions: list[Action] = []
+    extra: list[Action] = []
     for instruction in stat.instructions:
         for action in getattr(instruction, "actions", []):
             if isinstance(action, parser.OFPActionOutput):
@@ -265,7 +334,13 @@ def flow_from_stats(stat: Any) -> FlowIntent:
                 actions.append(("group", action.group_id))
             else:
                 actions.append((type(action).__name__, 0))
-    return FlowIntent(stat.table_id, stat.priority, match(**fields), tuple(actions), stat.cookie)
+        if isinstance(instruction, parser.OFPInstructionWriteMetadata):
+            full = instruction.metadata_mask == _ALL_ONES_64
+            extra.append(("metadata", instruction.metadata) if full else ("WriteMetadataMasked", 0))
+        elif isinstance(instruction, parser.OFPInstructionGotoTable):
+            extra.append(("goto", instruction.table_id))
+    extra.sort(key=lambda a: a[0] == "goto")  # canonical: metadata before goto
+    return FlowIntent(stat.table_id, stat.priority, match(**fields), (*actions, *extra), stat.cookie)
 
 
 def flow_removed(msg: Any) -> FlowIntent:
@@ -327,4 +402,5 @@ __all__ = [
     "port_stats_request",
     "removed_reason",
     "serialize",
+    "table_stats_request",
 ]

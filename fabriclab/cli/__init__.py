@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from controller.sm.engines.base import UnknownEngine
 from fabriclab.cli import emulate as emulate_cmd
+from fabriclab.cli import policy as policy_cmd
 from fabriclab.cli import route as route_cmd
 from fabriclab.cli import serve as serve_cmd
 from fabriclab.cli import sim as sim_cmd
@@ -39,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim_cmd.register(commands)
     engines = commands.add_parser("engines", help="list routing engines")
     engines.set_defaults(handler=route_cmd.list_engines)
+    policies = commands.add_parser("policies", help="list routing policies")
+    policies.set_defaults(handler=policy_cmd.list_policies)
     return parser
 
 

@@ -20,7 +20,9 @@ from typing import Any
 
 from controller.rest.client import WaitTimeout
 from controller.rest.common import TOKEN_ENV, ListenError, token_from_env
+from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import SubnetManager
+from controller.sm.policies import PolicyChoice, PolicyError, default_policies
 from emulation import calibrate as calibration
 from emulation.lifecycle import Stopped, stop_on_signals
 from emulation.mnfabric import EmulationError, MininetFabric, Scale, mininet_available
@@ -29,6 +31,7 @@ from emulation.runner import capacity_warnings, run_scenario
 from emulation.scenario import load_scenario
 from emulation.session import UpOptions, run_up
 from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, integer, load_fabric
+from fabriclab.cli.policy import add_policy_options, choose, option_error, policy_argv, policy_overrides
 from fabriclab.cli.progress import console_progress
 
 
@@ -69,6 +72,7 @@ def register(commands: Any) -> None:
         metavar="S",
         help="seconds to wait for the controller to program every switch (default 120)",
     )
+    add_policy_options(up)
     up.set_defaults(handler=emulate_up)
     cal = sub.add_parser(
         "calibrate",
@@ -97,6 +101,22 @@ def register(commands: Any) -> None:
     run.add_argument("file", type=Path)
     run.add_argument("-o", "--output", type=Path, default=Path("results"), help="results folder")
     run.set_defaults(handler=scenario_run)
+
+    compare = commands.add_parser(
+        "compare", help="run a scenario once per routing policy and compare them (report, plots, JSON)"
+    )
+    compare.add_argument("file", type=Path, help="scenario file")
+    compare.add_argument(
+        "--policies", default="static,ecmp,spray,adaptive", help="comma-separated (default: all four)"
+    )
+    compare.add_argument("-o", "--output", type=Path, default=Path("results/compare"), help="results folder")
+    compare.add_argument(
+        "--capacity",
+        type=Path,
+        help="the fabric's calibrated clean capacity (JSON with per_host_pps, total_pps): compared with the "
+        "load the scenario offers",
+    )
+    compare.set_defaults(handler=compare_policies)
 
 
 #: A day: longer is not waiting for a controller, it is hanging.
@@ -201,6 +221,57 @@ def emulate_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare_policies(args: argparse.Namespace) -> int:
+    """`fabriclab compare`: everything is checked (scenario, policies, that the fabric supports each) before
+    anything is built."""
+    from emulation.compare import run_compare  # noqa: PLC0415 - matplotlib and Mininet only when running
+
+    scenario = load_scenario(args.file)
+    try:
+        policies = default_policies().parse_list(args.policies)
+    except PolicyError as exc:
+        raise option_error(exc) from None
+    controller = scenario.spec.controller
+    for policy in policies:
+        options = ForwardingOptions(controller.fast_failover, policy=policy)
+        problem = SubnetManager(scenario.fabric, controller.engine, options).compute().policy_problem()
+        if problem is not None:
+            raise CliError(f"--policies: {problem.message}")
+    capacity = _capacity(args.capacity) if args.capacity else calibration.load(scenario.fabric.name)
+    daemon = _prerequisites()
+    stop_on_signals()
+    try:
+        with console_progress() as progress:
+            summary = run_compare(scenario, policies, args.output, progress, capacity)
+    except WaitTimeout as exc:
+        raise CliError(f"controller not ready (see controller.log under {args.output}): {exc}") from None
+    except Stopped:
+        print("stopped: the fabric and controller were torn down", file=sys.stderr)
+        return 130
+    finally:
+        daemon.stop_if_started()
+    for policy, f in summary["policies"].items():
+        print(
+            f"{policy:9} completion {f['completion_s']} s, goodput {f['aggregate_goodput_mbps']} Mb/s, "
+            f"FCT p99 {f['fct_p99_s']} s, max util {f['max_link_util']}, lost {f['lost_packets']}, "
+            f"reordered {f['reordered_packets']}"
+            + (" (EMULATOR OVERLOADED)" if f["emulator_overloaded"] else "")
+        )
+    print(f"results: {args.output}/summary.json, {args.output}/report.md, {args.output}/report.html")
+    return 0
+
+
+def _capacity(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+        capacity = {"per_host_pps": float(data["per_host_pps"]), "total_pps": float(data["total_pps"])}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CliError(f"--capacity: {path}: expected JSON with per_host_pps and total_pps ({exc})") from None
+    if not all(v > 0 for v in capacity.values()):
+        raise CliError(f"--capacity: {path}: capacities must be positive")
+    return capacity
+
+
 def emulate_up(args: argparse.Namespace) -> int:
     fabric = load_fabric(args.topology)
     emu_api = endpoint(args.emu_api, "--emu-api")  # bad input fails before anything is built
@@ -217,6 +288,9 @@ def emulate_up(args: argparse.Namespace) -> int:
             f"--name-prefix: {args.name_prefix!r}: up to 6 lowercase letters and digits, a letter first"
         )
     api, openflow = endpoint(args.api, "--api"), endpoint(args.openflow, "--openflow")
+    overrides = policy_overrides(args)
+    if overrides and args.controller is not None:
+        raise CliError("--policy and its options: only for a controller this starts (use its REST API)")
     listeners = [("--emu-api", emu_api)]
     if args.controller is None:
         listeners += [("--openflow", openflow), ("--api", api)]
@@ -236,6 +310,11 @@ def emulate_up(args: argparse.Namespace) -> int:
         raise CliError(f"--scale: {exc}") from None
     if args.controller is None:
         SubnetManager(fabric).registry.create(args.engine)  # an unknown engine fails before building
+        choice = choose(PolicyChoice(), overrides)
+        forwarding = ForwardingOptions(policy=choice.name, classes=choice.classes)
+        problem = SubnetManager(fabric, args.engine, forwarding).compute().policy_problem()
+        if problem is not None:
+            raise option_error(problem)
     check_bindable(listeners)
     try:
         token = token_from_env(os.environ.get(TOKEN_ENV))
@@ -255,6 +334,7 @@ def emulate_up(args: argparse.Namespace) -> int:
         ready_timeout_s=args.ready_timeout,
         token=token,
         name_prefix=args.name_prefix,
+        policy_args=tuple(policy_argv(args)),
     )
     daemon = _prerequisites()
     stop_on_signals()

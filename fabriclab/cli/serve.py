@@ -21,6 +21,12 @@ from controller.sm.engines import UnknownEngine, default_registry
 from controller.sm.intents import ForwardingOptions
 from controller.state import StateError, StateStore
 from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, load_fabric, real
+from fabriclab.cli.policy import (
+    add_policy_options,
+    apply_policy_overrides,
+    option_error,
+    policy_overrides,
+)
 from topologies.scale import Scale
 
 LOG = logging.getLogger("fabriclab")
@@ -39,7 +45,8 @@ def register(commands: Any) -> None:
         "--state-dir", type=Path, default=None, help="persist engine/options here, restore on start"
     )
     p.add_argument("--no-fast-failover", action="store_true", help="plain outputs instead of failover groups")
-    p.add_argument("--multipath", action="store_true", help="select groups over equal-cost ports")
+    p.add_argument("--multipath", action="store_true", help="legacy: the same as --policy ecmp")
+    add_policy_options(p)
     p.add_argument(
         "--lldp-interval",
         type=real(0.1, 3600, " seconds"),
@@ -57,8 +64,8 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--capacity-scale",
         metavar="REAL=EMULATED",
-        help="links run scaled, as in an emulated fabric (e.g. 400G=200M): utilisation (metrics, live view) "
-        "is measured against the scaled speed",
+        help="links run scaled, as in an emulated fabric (e.g. 400G=200M): utilisation (metrics, live view, "
+        "adaptive routing) is measured against the scaled speed",
     )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run)
@@ -102,23 +109,36 @@ def run(args: argparse.Namespace) -> int:
         default_registry().create(args.engine)  # raises UnknownEngine: one line naming the choices
     store = StateStore(args.state_dir) if args.state_dir else None
 
+    overrides = policy_overrides(args)
+    link_scale = scale.emulated_gbps / scale.real_gbps if scale is not None else 1.0
+
     def chosen(saved: Config) -> Config:
         engine = args.engine if args.engine is not None else saved.engine
         options = saved.options
         if args.no_fast_failover or args.multipath:
-            options = ForwardingOptions(not args.no_fast_failover, args.multipath)
-        return Config(engine, options)
+            options = ForwardingOptions(not args.no_fast_failover, args.multipath, classes=options.classes)
+        return apply_policy_overrides(Config(engine, options, saved.policy_params), overrides)
 
     try:
         if store is not None:
             store.lock()  # held until the process exits: one controller per state directory
         service = FabricService.for_fabric(fabric, store, chosen, lldp_interval_s=args.lldp_interval,
-                                           stats_interval_s=args.stats_interval)  # fmt: skip
+                                           stats_interval_s=args.stats_interval,
+                                           link_scale=link_scale)  # fmt: skip
     except (StateError, GenerationExhausted) as exc:
         raise CliError(f"--state-dir: {exc}") from None
     except UnknownEngine as exc:  # --engine was checked above: this is the saved one
         raise CliError(f"--state-dir: {store.path if store else ''}: engine: {exc}") from None
     state = service.snapshot().state
+    if state.config.options.slot_tables:  # a multipath policy needs equal-cost alternatives
+        from controller.sm.manager import SubnetManager  # noqa: PLC0415
+
+        sm = SubnetManager(
+            fabric, state.config.engine, state.config.options, registry=service.context.registry
+        )
+        problem = sm.compute().policy_problem()
+        if problem is not None:
+            raise option_error(problem)
     check_bindable(listeners)
     extra_hosts = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
     observability = Observability.for_service(service.snapshot, scale, token_required=token is not None)
@@ -140,10 +160,11 @@ def run(args: argparse.Namespace) -> int:
         observer.stop()
         raise CliError(str(exc)) from None
     LOG.info(
-        "controller for %s: engine %s, OpenFlow %s:%d, REST http://%s:%d/api/v1 (docs at /docs, live view "
-        "at /, metrics at /metrics)",
+        "controller for %s: engine %s, policy %s, OpenFlow %s:%d, REST http://%s:%d/api/v1 (docs at /docs, "
+        "live view at /, metrics at /metrics)",
         fabric.summary(),
         state.config.engine,
+        state.config.options.policy,
         of_host,
         of_port,
         api_host,

@@ -1,0 +1,173 @@
+"""Routing policies on the emulated k=4 fat-tree (Mininet + userspace OVS, links shaped with HTB), compared
+with `emulation.compare` exactly as `fabriclab compare` runs them.
+
+What the field knows, reproduced: per-flow hashing (ecmp) collides flows on some links while others idle,
+spraying spreads evenly and so carries more, ftree's static tables are collision-free on shift
+permutations, adaptive routing beats hashing under a hot spot and loses nothing beyond the failover window
+when a link is cut.  Where an assertion is about what the flows received, it holds for runs the emulator
+carried cleanly (`headroom.emulator_overloaded` false: every lost packet is accounted for by a shaped link):
+a run the emulator overloaded (other work starving OVS on this 2-core machine) is repeated, up to
+`TRIES` times, and the test fails saying so if none is clean — a busy machine is never a pass.
+Rates are a few hundred packets per second in all (see scenarios/permutation-k4.yaml for why).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulation.compare import run_compare
+from emulation.mnfabric import mininet_available
+from emulation.ovs import OvsDaemon
+from emulation.scenario import Scenario, load_scenario
+from tests.conftest import ROOT
+from tests.emulation_support import require_emulation
+
+TRIES = 3
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[OvsDaemon]:
+    require_emulation(mininet_available())
+    d = OvsDaemon()
+    d.ensure_running()
+    yield d
+    d.stop_if_started()
+
+
+def scenario(name: str, **changes: Any) -> Scenario:
+    loaded = load_scenario(ROOT / "scenarios" / name)
+    return (
+        loaded
+        if not changes
+        else Scenario(**{**loaded.__dict__, "spec": loaded.spec.model_copy(update=changes)})
+    )
+
+
+def compare_clean(
+    sc: Scenario,
+    policies: list[str],
+    out: Path,
+    clean: list[str] | None = None,
+    first: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`run_compare` (or its result `first`), then each policy of `clean` (default: all) the emulator
+    overloaded run again (a fresh fabric) until clean."""
+    summary = first if first is not None else run_compare(sc, policies, out)
+    clean = policies if clean is None else clean
+    for attempt in range(1, TRIES):
+        again = [p for p, f in summary["policies"].items() if f["emulator_overloaded"] and p in clean]
+        if not again:
+            break
+        summary["policies"].update(run_compare(sc, again, out / f"retry{attempt}")["policies"])
+    dirty = {
+        p: f["headroom"] for p, f in summary["policies"].items() if f["emulator_overloaded"] and p in clean
+    }
+    assert not dirty, f"the emulator was overloaded in {TRIES} runs (machine too busy): {dirty}"
+    return summary
+
+
+def test_permutation_ecmp_collides_spray_spreads_and_the_report_is_complete(
+    daemon: OvsDaemon, tmp_path: Path
+) -> None:
+    """`fabriclab compare` as users run it (docs/policies.md), then its figures."""
+    policies = ["static", "ecmp", "spray", "adaptive"]
+    done = subprocess.run(
+        [sys.executable, "-m", "fabriclab", "compare", "scenarios/permutation-k4.yaml",
+         "--policies", ",".join(policies), "-o", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [line.split()[0] for line in done.stdout.splitlines()[:4]] == policies, done.stdout
+    first = json.loads((tmp_path / "summary.json").read_text())
+    sc = scenario("permutation-k4.yaml")
+    summary = compare_clean(sc, policies, tmp_path, clean=["ecmp", "spray"], first=first)
+    f = summary["policies"]
+    assert list(f) == ["static", "ecmp", "spray", "adaptive"]
+    for name in (
+        "summary.json",
+        "report.md",
+        "report.html",
+        "utilisation.png",
+        "fct-cdf.png",
+        "bandwidth.png",
+    ):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert all((tmp_path / p / "summary.json").exists() for p in f)
+    report = (tmp_path / "report.md").read_text()
+    assert "| ecmp |" in report and "utilisation.png" in report
+    for figures in f.values():
+        for key in ("completion_s", "aggregate_goodput_mbps", "fct_p50_s", "fct_p99_s", "max_link_util",
+                    "mean_link_util", "reordered_packets", "lost_packets"):  # fmt: skip
+            assert figures[key] is not None, key
+    ecmp, spray, static = f["ecmp"], f["spray"], f["static"]
+    # hash collisions: the controller placed two or more flows on some links, and others carried nothing
+    assert ecmp["flows_per_link"]["links_with_2plus_flows"] >= 1 and ecmp["idle_links"] >= 1
+    assert static["flows_per_link"]["links_with_2plus_flows"] >= 1  # a random permutation is not a shift
+    # spraying: no flow placed on one path, no idle link, an even load, and the receivers saw reordering
+    assert spray["flows_per_link"]["placed_flows"] == 0 and spray["idle_links"] == 0
+    assert spray["max_link_util"] < ecmp["max_link_util"]
+    assert spray["reordered_packets"] > 0 and ecmp["reordered_packets"] == 0
+    # and so spraying carries measurably more than hashing, which loses on its collided links
+    assert spray["aggregate_goodput_mbps"] > 1.1 * ecmp["aggregate_goodput_mbps"], (spray, ecmp)
+    assert (
+        ecmp["headroom"][0]["modelled_congestion_drops"] > spray["headroom"][0]["modelled_congestion_drops"]
+    )
+
+
+def test_static_ftree_is_collision_free_on_a_shift_permutation(daemon: OvsDaemon, tmp_path: Path) -> None:
+    summary = compare_clean(scenario("shift-k4.yaml"), ["static"], tmp_path)
+    static = summary["policies"]["static"]
+    assert static["flows_per_link"] == {"max": 1, "links_with_2plus_flows": 0, "placed_flows": 16,
+                                        "sprayed_flows": 0}  # fmt: skip
+    (headroom,) = static["headroom"]
+    assert headroom["modelled_congestion_drops"] == 0  # no shaped link was ever full
+    assert static["loss_pct"] < 0.5 and static["max_link_util"] < 0.85
+
+
+def test_adaptive_beats_ecmp_under_a_hot_spot(daemon: OvsDaemon, tmp_path: Path) -> None:
+    summary = compare_clean(scenario("hotspot-k4.yaml"), ["ecmp", "adaptive"], tmp_path)
+    ecmp, adaptive = summary["policies"]["ecmp"], summary["policies"]["adaptive"]
+    assert ecmp["flows_per_link"]["max"] == 3  # the hot spot: three flows hashed onto one uplink
+    assert adaptive["adaptive_moves"] >= 1
+    assert adaptive["aggregate_goodput_mbps"] > 1.15 * ecmp["aggregate_goodput_mbps"], (adaptive, ecmp)
+    assert adaptive["lost_packets"] < ecmp["lost_packets"] / 2
+    events = run_events(tmp_path, "adaptive")
+    moves = [e for e in events if e["kind"] == "adaptive_move"]
+    assert any("leaf1:3 at" in e["reason"] for e in moves), [e["reason"] for e in moves]
+
+
+def test_adaptive_loses_nothing_beyond_the_failover_window_when_a_link_is_cut(
+    daemon: OvsDaemon, tmp_path: Path
+) -> None:
+    summary = compare_clean(scenario("adaptive-failure-k4.yaml"), ["adaptive"], tmp_path)
+    run = latest_run(tmp_path, "adaptive")
+    (rep,) = run["repetitions"]
+    down, up = (f["wall"] for f in rep["faults"])
+    window_s = 0.5  # fast failover on this userspace datapath, measured by benchmarks/controlplane.py
+    for flow in rep["flows"]:
+        late = [g for g in flow["gaps"] if down + window_s < g["from"] and g["missing"] > 0]
+        assert not late, (flow["name"], late)  # nothing lost once failover took over: reroute, adaptive
+        lost = sum(g["missing"] for g in flow["gaps"] if down - 0.05 <= g["from"] <= down + window_s)
+        assert lost <= flow["rate_pps"] * window_s, (flow["name"], lost)
+        assert not [g for g in flow["gaps"] if up - 0.05 <= g["from"]], flow["name"]  # link back: no loss
+    kinds = [e["kind"] for e in rep["events"]]
+    assert "port_down" in kinds and "port_up" in kinds
+    assert summary["policies"]["adaptive"]["lost_packets"] <= 4 * 24 * window_s
+
+
+def latest_run(out: Path, policy: str) -> dict[str, Any]:
+    """The policy's run the comparison kept (the last retry, if it needed one)."""
+    paths = sorted(out.glob(f"**/{policy}/summary.json"), key=lambda p: p.stat().st_mtime)
+    data: dict[str, Any] = json.loads(paths[-1].read_text())
+    return data
+
+
+def run_events(out: Path, policy: str) -> list[dict[str, Any]]:
+    return [e for rep in latest_run(out, policy)["repetitions"] for e in rep["events"]]
