@@ -28,7 +28,7 @@ from emulation.lifecycle import Stopped, stop_on_signals
 from emulation.mnfabric import EmulationError, MininetFabric, Scale, mininet_available
 from emulation.ovs import OvsDaemon
 from emulation.runner import capacity_warnings, run_scenario
-from emulation.scenario import load_scenario
+from emulation.scenario import ScenarioError, emulator_refuses, load_scenario
 from emulation.session import UpOptions, run_up
 from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, integer, load_fabric
 from fabriclab.cli.policy import add_policy_options, choose, option_error, policy_argv, policy_overrides
@@ -144,6 +144,9 @@ def scenario_check(args: argparse.Namespace) -> int:
 
 def scenario_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.file)
+    refused = emulator_refuses(scenario)
+    if refused:  # before anything is built or written
+        raise ScenarioError(refused, file=str(scenario.file))
     try:  # a results folder that cannot be written fails now, not after the whole run
         args.output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
