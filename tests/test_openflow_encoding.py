@@ -83,7 +83,8 @@ def _slow(dp: FakeDatapath, flow: FlowIntent, delete: bool) -> bytes:
         instructions += [parser.OFPInstructionGotoTable(a) for k, a in flow.actions if k == "goto"]
         msg = parser.OFPFlowMod(
             dp, cookie=flow.cookie, table_id=flow.table, command=ofp.OFPFC_ADD, priority=flow.priority,
-            buffer_id=ofp.OFP_NO_BUFFER, match=parser.OFPMatch(**fields), instructions=instructions,
+            buffer_id=ofp.OFP_NO_BUFFER, flags=ofp.OFPFF_SEND_FLOW_REM, match=parser.OFPMatch(**fields),
+            instructions=instructions,
         )  # fmt: skip
     dp.set_xid(msg)
     msg.serialize()
