@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -165,11 +166,10 @@ def cmd_route(args: argparse.Namespace) -> int:
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     if dump_dir is not None and dump_dir.exists() and not dump_dir.is_dir():
         raise CliError(f"--dump-dir: {dump_dir} exists and is not a directory")
-    if dump_dir is not None:
-        try:  # fail before routing, not after
-            dump_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise CliError(f"--dump-dir: cannot create {dump_dir}: {exc.strerror or exc}") from None
+    if dump_dir is not None:  # fail before routing, not after; nothing is created until the dumps are
+        existing = next(p for p in (dump_dir, *dump_dir.parents) if p.exists())
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise CliError(f"--dump-dir: cannot create {dump_dir}: {existing} is not a writable directory")
 
     subnet = Subnet.build(fabric)
     engine, fallback = select_engine(registry, args.engine, subnet, args.fallback)
