@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import socket
@@ -257,7 +258,8 @@ def test_an_overloaded_emulator_says_so_and_by_how_much(
         line for line in path.read_text().splitlines() if "at_s" not in line and "faults" not in line
     )
     per_host = 4 * k4_capacity["per_host_pps"]
-    path.write_text(scale_rates(text, per_host / 400) + "\n")  # the file asks for 400 pkt/s per host
+    asked = float(re.search(r"rate_pps: ([\d.]+)", text)[1])  # per host: one flow each
+    path.write_text(scale_rates(text, per_host / asked) + "\n")
     scenario = load_scenario(path)
     summary = run_scenario(scenario, tmp_path / "results", capacity=k4_capacity)
     assert summary["warnings"] and "above the clean capacity" in summary["warnings"][0]

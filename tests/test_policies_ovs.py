@@ -52,9 +52,10 @@ class Rig:
         for line in out.splitlines():
             words = line.split()
             if words and words[0] == "port" and words[1].rstrip(":").isdigit():
-                port = int(words[1].rstrip(":"))
-            elif words and words[0] == direction and port is not None:
-                counts[port] = int(line.split("pkts=")[1].split(",")[0])
+                port = int(words[1].rstrip(":"))  # "port  1: rx pkts=..., ..." then "tx pkts=..."
+                words = words[2:]
+            if words and words[0] == direction and port is not None:
+                counts[port] = int(" ".join(words).split("pkts=")[1].split(",")[0])
         return counts
 
     def send(self, src: str, dst: str, *extra: str, rate: int = 2000, seconds: float = 0.256,
