@@ -278,9 +278,7 @@ class MininetFabric:
         proto, host, port = self.controller.split(":")
         if proto != "tcp":
             raise EmulationError(f"controller {self.controller!r}: only tcp:HOST:PORT is supported")
-        switch_cls = partial(
-            OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure", batch=True
-        )
+        switch_cls = partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure")
         net = Mininet(switch=switch_cls, controller=None, link=Link, build=False, autoSetMacs=False)
         self.net = net
         if not listening(host, int(port)):
