@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,9 @@ def test_clean_leaves_a_run_that_is_still_alive_alone(run_dir: Path) -> None:
     try:
         record = runfile.RunRecord("e2cd", ["e2cds0"], 70001, child.pid, None, 1.0)
         runfile.write(record)
+        deadline = time.monotonic() + 10  # until the child has exec'd (its command line is set)
+        while not runfile.alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert runfile.alive(child.pid)
         done = cleanup.clean(None)
         assert done.running == [f"e2cd (pid {child.pid})"] and done.runs == [] and done.removed == []
