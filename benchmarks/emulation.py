@@ -8,7 +8,12 @@ few seconds after it.
 
     python benchmarks/emulation.py            # k=4, k=8 fat-trees and a 64-GPU rail fabric
     python benchmarks/emulation.py --cases k4
-Needs root, Open vSwitch and Mininet (Debian's mnexec).
+    python benchmarks/emulation.py --cases k16,rail1024 --out benchmarks/results/emulation-scale.json
+    python benchmarks/emulation.py --cases k4,k8 --baseline   # also Mininet's own nodes, same process
+Needs root, Open vSwitch and Mininet (Debian's mnexec).  The build is `emulation.lightnet` (batched `ip`,
+one OVSDB transaction, shell-less hosts); `--baseline` also times Mininet's node-by-node build (a bash per
+node) of the same fabric, as `emulate up` did before.  A case that does not reach a phase within
+`--ready-timeout` records the error and how far it got; teardown seconds are recorded too.
 """
 
 from __future__ import annotations
@@ -41,7 +46,10 @@ CASES: dict[str, Callable[[], Fabric]] = {
     "k4": lambda: fat_tree(4),
     "k8": lambda: fat_tree(8),
     "rail64": lambda: rail(servers=8, gpus=8),
+    "k16": lambda: fat_tree(16),
+    "rail1024": lambda: rail(servers=32, gpus=8, groups=4),
 }
+DEFAULT_CASES = "k4,k8,rail64"
 
 
 def _rss_mb(pid: int) -> float:
@@ -65,7 +73,9 @@ def _vswitchd_pid() -> int:
     return int(Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text().strip())
 
 
-def bring_up(name: str, fabric: Fabric, work: Path, idle_s: float) -> dict[str, Any]:
+def bring_up(
+    name: str, fabric: Fabric, work: Path, idle_s: float, shells: bool = False, ready_timeout_s: float = 300
+) -> dict[str, Any]:
     topology = work / f"{name}.yaml"
     topology.write_text(dump_yaml(fabric))
     sm = SubnetManager(fabric)
@@ -94,18 +104,29 @@ def bring_up(name: str, fabric: Fabric, work: Path, idle_s: float) -> dict[str, 
     phases: dict[str, float] = {}
     prefix = f"b{os.getpid() % 10000}"  # names of its own: other fabrics may share this OVS
     net = MininetFabric(
-        fabric, addresses, controller=ctl.openflow, scale=Scale.parse("400G=400M"), name_prefix=prefix
-    )
+        fabric, addresses, controller=ctl.openflow, scale=Scale.parse("400G=400M"), name_prefix=prefix,
+        shells=shells,
+    )  # fmt: skip
     start = time.perf_counter()
+    load_before = os.getloadavg()
+    pairs: dict[tuple[str, str], bool] = {}
+    flows: list[dict[str, Any]] = []
+    idle: dict[str, float] = {}
+    error = None
+    build: dict[str, float] = {}
     try:
         net.start()
+        build = {k: round(v, 2) for k, v in net.timings.items()}
         phases["mininet_built_s"] = net.timings["mininet_build_s"]
         phases["mininet_started_s"] = net.timings["mininet_start_s"]
         n = len(fabric.switches)
+        deadline = start + ready_timeout_s
         while ctl.get("health")["switches_connected"] < n:
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"{ctl.get('health')['switches_connected']}/{n} switches connected")
             time.sleep(0.05)
         phases["switches_connected_s"] = time.perf_counter() - start
-        ctl.ready(n)
+        ctl.ready(n, timeout_s=max(1.0, deadline - time.perf_counter()))
         phases["tables_installed_s"] = time.perf_counter() - start
         pairs = check_all_pairs(net.endpoints())
         phases["all_pairs_verified_s"] = time.perf_counter() - start
@@ -116,13 +137,22 @@ def bring_up(name: str, fabric: Fabric, work: Path, idle_s: float) -> dict[str, 
         time.sleep(idle_s)
         idle = {f"{k}_pct": round(100 * (_cpu_s(pids[k]) - v) / idle_s, 1) for k, v in cpu0.items()}
         flows = ctl.get("switches")
+    except Exception as exc:  # a case that does not come up is a result: recorded
+        error = f"{type(exc).__name__}: {exc}"[:500]
     finally:
         stop.set()
+        load_during = os.getloadavg()
+        torn = time.perf_counter()
         net.stop()
+        teardown_s = time.perf_counter() - torn
         ctl.stop()
     return {
         "fabric": fabric.summary(),
+        "build": "mininet nodes (a shell each)" if shells else "lightnet (batched, shell-less)",
         "phases_s": {k: round(v, 2) for k, v in phases.items()},
+        "build_steps_s": build,
+        "teardown_s": round(teardown_s, 2),
+        "error": error,
         "pairs": len(pairs),
         "pairs_reachable": sum(pairs.values()),
         "flows_installed": sum(s["flows"] or 0 for s in flows),
@@ -130,6 +160,8 @@ def bring_up(name: str, fabric: Fabric, work: Path, idle_s: float) -> dict[str, 
         "peak_rss_mb": {k: round(v) for k, v in peak.items()},
         "peak_rss_total_mb": round(peak_total[0]),
         "idle_cpu": idle,
+        "load_avg_before": [round(x, 2) for x in load_before],
+        "load_avg_after": [round(x, 2) for x in load_during],
     }
 
 
@@ -137,23 +169,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--cases", default=DEFAULT_CASES, help=f"of {', '.join(CASES)}")
     parser.add_argument("--idle-s", type=float, default=5.0)
+    parser.add_argument("--ready-timeout", type=float, default=300.0, metavar="S")
+    parser.add_argument("--baseline", action="store_true", help="also Mininet's node-by-node build")
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args()
+    unknown = [c for c in args.cases.split(",") if c not in CASES]
+    if unknown:
+        parser.error(f"--cases: unknown {', '.join(unknown)} (known: {', '.join(CASES)})")
     reason = mininet_available()
     if reason:
         print(json.dumps({"error": reason}))
         return 1
     daemon = OvsDaemon()
     daemon.ensure_running()
-    results: dict[str, Any] = {"target": "k8 all pairs verified < 60 s", "cpus": os.cpu_count()}
+    results: dict[str, Any] = {
+        "target": "k8 all pairs verified < 60 s; k16 and rail1024 < 120 s",
+        "cpus": os.cpu_count(),
+        "load_avg_start": [round(x, 2) for x in os.getloadavg()],
+    }
     try:
         with tempfile.TemporaryDirectory(prefix="fabriclab-emu-") as tmp:
             for name in args.cases.split(","):
-                results[name] = bring_up(name, CASES[name](), Path(tmp), args.idle_s)
+                results[name] = bring_up(name, CASES[name](), Path(tmp), args.idle_s,
+                                         ready_timeout_s=args.ready_timeout)  # fmt: skip
+                if args.baseline:
+                    results[f"{name}_baseline"] = bring_up(name, CASES[name](), Path(tmp), args.idle_s, True,
+                                                           args.ready_timeout)  # fmt: skip
     finally:
         daemon.stop_if_started()
-    print(json.dumps(results, indent=2))
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
     return 0
 
 

@@ -5,11 +5,13 @@ Used by integration tests, benchmarks and (later) the emulator when it starts it
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,21 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _child_setup(parent: int) -> None:
+    """In the child, before exec: its own process group, so that a terminal's Ctrl-C (sent to the whole
+    foreground group) reaches only the parent, which then stops the controller in order (it is still
+    needed while the fabric is torn down); and SIGTERM from the kernel when the parent dies — even by
+    SIGKILL — so a controller never outlives the run that started it."""
+    os.setpgid(0, 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl: nobody would send the signal
+        os._exit(1)
 
 
 def _tail(path: Path, n_bytes: int = 4096) -> str:
@@ -62,7 +79,11 @@ class ControllerProcess(ControllerClient):
         ]  # fmt: skip
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                preexec_fn=partial(_child_setup, os.getpid()),  # noqa: PLW1509
             )
         try:
             wait_for(self._health_unless_exited, 30, "controller REST")

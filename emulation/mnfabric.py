@@ -8,8 +8,12 @@ Mininet's TCLink caps shaping at 1 Gb/s, and there is no netem here, so delay an
 (topology files refuse them).  Mininet names are the topology's when they fit Linux's 15-character
 interface names, `s<i>`/`h<i>` otherwise.
 
-Start and stop only touch this network: `stop()` is Mininet's own teardown of its nodes and links (never
-`mn -c`, which kills every process called ping or controller and deletes /tmp/*.log).
+By default (`shells=False`) the network is built the fast way (`emulation.lightnet`: batched `ip`, one
+OVSDB transaction, hosts as named network namespaces without a shell); Mininet's own nodes (a bash per
+node, which its CLI needs) only with `shells=True`.  Names are the same either way.
+
+Start and stop only touch this network: `stop()` removes it by name (never `mn -c`, which kills every
+process called ping or controller and deletes /tmp/*.log).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,6 +32,7 @@ from functools import partial
 from typing import Any
 
 from controller.sm.addressing import IPV4_PREFIX_LEN
+from emulation import lightnet, ovsdb
 from emulation.headroom import HostNs
 from emulation.mesh import Endpoint
 from topologies.model import Fabric
@@ -98,32 +104,33 @@ def host_shells(names: Iterable[str]) -> dict[int, str]:
     return found
 
 
+def _ours(link: str, names: set[str]) -> bool:
+    """An interface of these nodes: `NAME-ethN`, or a netdev bridge's own tap device `NAME`."""
+    return link in names or ("-eth" in link and link.rsplit("-eth", 1)[0] in names)
+
+
 def leftovers(names: Iterable[str]) -> list[str]:
-    """What exists of a Mininet fabric whose nodes had exactly these names: bridges, interfaces
-    `NAME-ethN` in this namespace, host shells.  Names of other fabrics never match."""
+    """What exists of a fabric whose nodes had exactly these names: bridges, interfaces `NAME-ethN` (and
+    bridges' tap devices `NAME`) in this namespace, host namespaces `NAME`, host shells.  Names of other
+    fabrics never match."""
     ours = set(names)
     found = [f"bridge {b}" for b in _bridges() if b in ours]
-    found += [f"link {n}" for n in _root_links() if "-eth" in n and n.rsplit("-eth", 1)[0] in ours]
+    found += [f"link {n}" for n in _root_links() if _ours(n, ours)]
+    found += [f"netns {n}" for n in lightnet.namespaces() if n in ours]
     found += [f"host process {pid} ({name})" for pid, name in sorted(host_shells(ours).items())]
     return found
 
 
-def remove(names: Iterable[str]) -> None:
-    """Remove a Mininet fabric by its node names: kill its host shells (by PID; their namespaces go with
-    them), delete its bridges and its interfaces.  Touches nothing named otherwise."""
+def remove(names: Iterable[str], group: int | None = None) -> None:
+    """Remove a fabric by its node names: kill its host shells (by PID; their namespaces go with them),
+    delete its veths (by interface `group` too, if given and holding only ours), bridges, bridge taps and
+    host namespaces.  Touches nothing named otherwise."""
     ours = set(names)
     for pid in host_shells(ours):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-    args = ["ovs-vsctl", "--timeout=60"]
-    for bridge in sorted(ours & set(_bridges())):
-        args += ["--", "--if-exists", "del-br", bridge]
-    if len(args) > 2:
-        subprocess.run(args, check=False, capture_output=True)
-    links = [n for n in _root_links() if "-eth" in n and n.rsplit("-eth", 1)[0] in ours]
-    if links:
-        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"link del {n}\n" for n in links),
-                       check=False, capture_output=True, text=True)  # fmt: skip
+    links = [n for n in _root_links() if _ours(n, ours)]
+    lightnet.remove_by_name(ours & set(_bridges()), ours, links, group)
 
 
 class ControllerTarget:
@@ -164,13 +171,19 @@ class MininetFabric:
         name_prefix: str = "",
         buffer_packets: int | None = None,
         burst_bytes: int | None = None,
+        shells: bool = False,
     ) -> None:
         """`name_prefix` gives every Mininet node (so every bridge and interface) a short name of its own,
         `{prefix}s{i}`/`{prefix}h{i}`, so that two fabrics of the same topology can share a network namespace
         and an OVS (a scenario run beside `emulate up`); otherwise topology names are used where they fit.
         `buffer_packets` bounds each shaped switch port's queue (a switch's buffer; default: the interface's
         1000 packets, seconds of queueing at emulated speeds); `burst_bytes` what each shaped link may send
-        above its rate after a pause (HTB's bucket; default 64 KB, a whole second of a 500 kb/s link)."""
+        above its rate after a pause (HTB's bucket; default 64 KB, a whole second of a 500 kb/s link).
+        `shells`: build with Mininet's nodes (a bash per node; needed by its CLI) instead of `lightnet`."""
+        self.shells = shells
+        #: Interface group of this fabric's veths (lightnet): teardown deletes them in one call.
+        self.group = (1 << 16) + secrets.randbelow(1 << 30)
+        self._hosts: dict[str, lightnet.LightHost] = {}
         self.buffer_packets = buffer_packets
         self.burst_bytes = burst_bytes
         self.fabric = fabric
@@ -203,7 +216,15 @@ class MininetFabric:
     # --- names -------------------------------------------------------------------------------------------
 
     def node(self, name: str) -> Any:
+        """The Mininet node, or (built without shells) a host's `LightHost`."""
+        if not self.shells:
+            return self._hosts[self.names[name]]
         return self.net.get(self.names[name])
+
+    def netns(self, host: str) -> str:
+        """Path of a host's network namespace."""
+        node = self.node(host)
+        return str(node.netns) if not self.shells else f"/proc/{node.pid}/ns/net"
 
     def intf_name(self, node: str, port: int) -> str:
         """Interface of a topology port (hosts: port p is eth{p-1}, as on a server)."""
@@ -225,7 +246,7 @@ class MininetFabric:
         return sorted(self.intf_name(r.node, r.port) for r in self.fabric.port_map if nodes[r.node].is_switch)
 
     def headroom_hosts(self) -> list[HostNs]:
-        return [HostNs(h.name, f"/proc/{self.node(h.name).pid}/ns/net") for h in self.fabric.hosts]
+        return [HostNs(h.name, self.netns(h.name)) for h in self.fabric.hosts]
 
     def cable_interfaces(self, node: str, port: int) -> list[str]:
         """Both ends of a port's cable as `emulation.headroom` names them (switch ports by interface name,
@@ -239,7 +260,14 @@ class MininetFabric:
 
     # --- lifecycle ---------------------------------------------------------------------------------------
 
+    @property
+    def node_names(self) -> list[str]:
+        return list(self.names.values())
+
     def start(self) -> None:
+        if not self.shells:
+            self._start_light()
+            return
         from mininet.link import Link  # noqa: PLC0415 - Mininet only where emulation runs
         from mininet.log import setLogLevel  # noqa: PLC0415
         from mininet.net import Mininet  # noqa: PLC0415
@@ -277,6 +305,59 @@ class MininetFabric:
             self.timings["mininet_build_s"] = time.perf_counter() - start
             net.start()
             self._configure()
+            if self.scale is not None:
+                self._shape(self.scale)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["mininet_start_s"] = time.perf_counter() - start
+
+    def _start_light(self) -> None:
+        """Build with `emulation.lightnet` (see the module docstring); on any failure or signal, remove
+        whatever of our names exists and re-raise."""
+        start = time.perf_counter()
+        proto, host, port = self.controller.split(":")
+        if proto != "tcp":
+            raise EmulationError(f"controller {self.controller!r}: only tcp:HOST:PORT is supported")
+        fabric = self.fabric
+        self.net = self  # "started": stop() removes by name from here on
+        hosts = [self.names[h.name] for h in fabric.hosts]
+        self._hosts = {name: lightnet.LightHost(name) for name in hosts}
+        cables = []
+        setup: dict[str, list[str]] = {name: ["ip link set lo up"] for name in hosts}
+        no_ipv6 = "ip link set {0} addrgenmode none; ip -6 addr flush dev {0}"
+        for link in fabric.links:
+            a, b = sorted((link.a, link.b), key=lambda e: fabric.nodes[e.node].is_host)  # switch end first
+            if fabric.nodes[b.node].is_host:
+                intf, name = self.intf_name(b.node, b.port), self.names[b.node]
+                address = self.addresses.get((b.node, b.port))
+                cables.append(lightnet.Cable(self.intf_name(a.node, a.port), intf, name,
+                                             address[0] if address else None))  # fmt: skip
+                setup[name] += [no_ipv6.format(intf), f"ethtool -K {intf} tx off >/dev/null"]
+                if address is not None:
+                    setup[name].append(f"ip addr add {address[1]}/{self.prefix_len} dev {intf}")
+                setup[name].append(f"ip link set {intf} up")
+            else:
+                cables.append(lightnet.Cable(self.intf_name(a.node, a.port), self.intf_name(b.node, b.port)))
+        ports: dict[str, list[tuple[str, int]]] = {s.name: [] for s in fabric.switches}
+        for ref in fabric.port_map:
+            if fabric.nodes[ref.node].is_switch:
+                ports[ref.node].append((self.intf_name(ref.node, ref.port), ref.port))
+        target = f"tcp:{host}:{port}"
+        bridges = [
+            ovsdb.BridgeSpec(self.names[s.name], s.guid, sorted(ports[s.name], key=lambda p: p[1]), target,
+                             self.inactivity_probe_ms, {"dp-desc": self.names[s.name]})
+            for s in fabric.switches
+        ]  # fmt: skip
+        if not listening(host, int(port)):
+            LOG.warning("nothing accepts connections at %s yet; switches keep trying", self.controller)
+
+        def step(name: str) -> None:
+            self.timings[name] = time.perf_counter() - start
+
+        try:
+            lightnet.build(hosts, cables, bridges, self.group, setup, self.mtu, step)
+            self.timings["mininet_build_s"] = time.perf_counter() - start
             if self.scale is not None:
                 self._shape(self.scale)
         except BaseException:
@@ -350,6 +431,13 @@ class MininetFabric:
                 capture_output=True,
                 text=True,
             )
+        if not self.shells:
+            try:
+                scripts = {self.names[h]: [f"tc {line}" for line in lines] for h, lines in per_host.items()}
+                lightnet.run_in_hosts(scripts)
+            except RuntimeError as exc:
+                raise EmulationError(f"shaping hosts failed: {exc}") from None
+            return
         for host, lines in per_host.items():
             out = self.node(host).cmd("; ".join(f"tc {line}" for line in lines) + "; echo rc=$?")
             if "rc=0" not in out:
@@ -362,12 +450,15 @@ class MininetFabric:
         if self.net is None:
             return
         net, self.net = self.net, None
+        names = list(self.names.values())
+        if not self.shells:  # nothing of Mininet's: remove by name at once
+            remove(names, self.group)
+            return
         try:
             net.stop()
         except Exception as exc:
             LOG.warning("Mininet's teardown failed (%s); removing what is left by name", exc)
         finally:
-            names = list(self.names.values())
             if leftovers(names):
                 remove(names)
 
@@ -392,10 +483,7 @@ class MininetFabric:
 
         result = []
         for (host, port), (mac, _) in sorted(self.addresses.items()):
-            node = self.node(host)
-            result.append(
-                Endpoint(host, f"/proc/{node.pid}/ns/net", self.intf_name(host, port), parse_mac(mac))
-            )
+            result.append(Endpoint(host, self.netns(host), self.intf_name(host, port), parse_mac(mac)))
         return result
 
     def popen(self, host: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:

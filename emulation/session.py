@@ -8,6 +8,8 @@ CLI (with a `fault` command) or waits for a signal.  Teardown removes only what 
 
 from __future__ import annotations
 
+import os
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from typing import Any
 from controller.rest.client import ControllerClient
 from controller.rest.common import BackgroundServer, page_origins, serve_in_thread
 from controller.sm.manager import SubnetManager
+from emulation import runfile
 from emulation.controlproc import ControllerProcess
 from emulation.lifecycle import deferred
 from emulation.mesh import check_all_pairs
@@ -124,13 +127,26 @@ def wait_for_signal(say: Callable[[str], None]) -> None:
         time.sleep(0.5)
 
 
+def run_prefix(options: UpOptions) -> str:
+    """The run's name prefix: the user's, else (built without Mininet's shells) a fresh one, `e` and three
+    random letters/digits, so that `emulate clean` can tell this run's names from everyone else's."""
+    if options.name_prefix or options.interactive:
+        return options.name_prefix
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    return "e" + "".join(secrets.choice(alphabet) for _ in range(3))
+
+
 def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> None:
     """Bring the fabric up, verify it, serve it until stopped; tear down whatever was built on any exit.
-    Raises `EmulationError`, `WaitTimeout` or `Stopped` (after teardown)."""
+    Raises `EmulationError`, `WaitTimeout` or `Stopped` (after teardown).
+
+    The run is recorded (`emulation.runfile`) before anything is built and the record dropped after the
+    teardown, so a run killed with SIGKILL leaves a record `fabriclab emulate clean` acts on."""
     addresses = SubnetManager(fabric).addresses.as_strings()
     ctl: ControllerProcess | None = None
     server: BackgroundServer | None = None
     start = time.perf_counter()
+    prefix = run_prefix(options)
     try:
         target = options.controller
         if target is None:
@@ -147,9 +163,15 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                 f"live view http://{api_host}:{api_port}/ (log: controller.log)"
             )
         net = MininetFabric(fabric, addresses, controller=target, scale=options.scale, mtu=options.mtu,
-                            name_prefix=options.name_prefix)  # fmt: skip
+                            name_prefix=prefix, shells=options.interactive)  # fmt: skip
+        controller_pid = ctl.proc.pid if ctl is not None and ctl.proc is not None else None
+        runfile.write(runfile.RunRecord(prefix, net.node_names, net.group, os.getpid(), controller_pid,
+                                        time.time()))  # fmt: skip
         try:
-            with deferred():
+            if net.shells:  # Mininet half-way through its build cannot be torn down cleanly
+                with deferred():
+                    net.start()
+            else:  # lightnet can: a signal stops the build where it is, teardown removes by name
                 net.start()
             say(f"fabric: {fabric.summary()}; Mininet up in {time.perf_counter() - start:.1f} s")
             client = ctl or (ControllerClient(*options.controller_api) if options.controller_api else None)
@@ -182,16 +204,20 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
         finally:
             if server is not None:
                 server.stop()
+            stopping = time.perf_counter()
             net.stop()
+            say(f"fabric removed in {time.perf_counter() - stopping:.1f} s")
     finally:
         if ctl is not None and ctl.proc is not None:
             ctl.stop()
+        runfile.discard(prefix)
 
 
 __all__ = [
     "UpOptions",
     "apply_fault",
     "interactive",
+    "run_prefix",
     "run_up",
     "serve_faults",
     "switch_ports",

@@ -27,6 +27,9 @@ FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
 COVERED: dict[str, str] = {
     "fabriclab controller": "test_controller_cli.py::test_sigterm_and_sigint_stop_the_controller_cleanly",
     "fabriclab emulate up": "test_emulation_mininet.py::test_emulate_up_runs_headless_and_stops_cleanly",
+    "fabriclab emulate clean": (
+        "test_emulation_teardown.py::test_emulate_clean_removes_what_a_sigkilled_run_left_and_nothing_else"
+    ),
     "fabriclab scenario run": ".ci/compose_smoke.py::fabriclab scenario run",
     "fabriclab sim scenarios/moe-alltoall-4096gpu.yaml": (
         "test_flowsim_cli.py::test_moe_scenario_simulates_under_spray"

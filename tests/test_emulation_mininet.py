@@ -110,8 +110,8 @@ def test_a_controller_greeting_in_binary_does_not_break_bring_up(
     hello = _BinaryHello()
     fabric = load_topology(TOPOLOGY)
     addresses = SubnetManager(fabric).addresses.as_strings()
-    net = MininetFabric(
-        fabric, addresses, controller=f"tcp:127.0.0.1:{hello.port}", name_prefix=fabric_prefix
+    net = MininetFabric(  # Mininet's own nodes: the path its CLI uses
+        fabric, addresses, controller=f"tcp:127.0.0.1:{hello.port}", name_prefix=fabric_prefix, shells=True
     )
     try:
         assert listening("127.0.0.1", hello.port) and not listening("127.0.0.1", free_port())

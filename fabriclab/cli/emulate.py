@@ -74,6 +74,16 @@ def register(commands: Any) -> None:
     )
     add_policy_options(up)
     up.set_defaults(handler=emulate_up)
+    clean = sub.add_parser(
+        "clean",
+        help="remove what emulation runs that are gone (killed, crashed) left behind",
+        description="Each `emulate up` records its node names under /run/fabriclab/runs before it builds; "
+        "this removes the bridges, veths, host namespaces and controller of every recorded run whose "
+        "process is gone, and nothing else (never `mn -c`).  With --prefix, only that run; if it left "
+        "no record, the names PREFIX s<i> / PREFIX h<i> present.",
+    )
+    clean.add_argument("--prefix", metavar="P", help="only the run with this name prefix")
+    clean.set_defaults(handler=emulate_clean)
     cal = sub.add_parser(
         "calibrate",
         help="measure the fabric's clean capacity on this machine (pkt/s per host and total)",
@@ -273,6 +283,27 @@ def _capacity(path: Path) -> dict[str, Any]:
     if not all(v > 0 for v in capacity.values()):
         raise CliError(f"--capacity: {path}: capacities must be positive")
     return capacity
+
+
+def emulate_clean(args: argparse.Namespace) -> int:
+    from emulation.cleanup import clean  # noqa: PLC0415
+
+    if args.prefix is not None and not re.fullmatch(r"[a-z][a-z0-9]{0,5}", args.prefix):
+        raise CliError(f"--prefix: {args.prefix!r}: up to 6 lowercase letters and digits, a letter first")
+    reason = mininet_available()
+    if reason:
+        raise CliError(f"emulation unavailable: {reason}")
+    done = clean(args.prefix)
+    for run in done.running:
+        print(f"still running, left alone: {run}")
+    for pid in done.controllers:
+        print(f"stopped controller {pid}")
+    print(
+        f"cleaned {len(done.runs)} run(s)"
+        + (f" ({', '.join(done.runs)})" if done.runs else "")
+        + f": {len(done.removed)} object(s) removed"
+    )
+    return 0
 
 
 def emulate_up(args: argparse.Namespace) -> int:
