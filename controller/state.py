@@ -33,8 +33,8 @@ from topologies.errors import InputError, read_input_bytes
 STATE_FILE = "controller-state.json"
 LOCK_FILE = "controller.lock"
 FORMAT = 1
-#: The state is a few fields; anything larger is not ours.
-MAX_STATE_BYTES = 4 * 1024 * 1024  # partitions list their members
+#: The state is a few fields and the partitions; anything larger is not ours.
+MAX_STATE_BYTES = 1024 * 1024  # partitions list their members
 
 
 class StateError(ValueError):

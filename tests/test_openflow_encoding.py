@@ -54,11 +54,18 @@ FLOWS = [
     FlowIntent(
         0,
         130,
-        match(in_port=3, eth_src=0x02FAB1000001, eth_dst=0x02FAB1000002, eth_type=0x0800,
-              ipv4_src=0x0A000001, ipv4_dst=0x0A00BFFF, ip_dscp=26),
+        match(
+            in_port=3,
+            eth_src=0x02FAB1000001,
+            eth_dst=0x02FAB1000002,
+            eth_type=0x0800,
+            ipv4_src=0x0A000001,
+            ipv4_dst=0x0A00BFFF,
+            ip_dscp=26,
+        ),
         (("group", 5),),
         COOKIE_MAGIC | 3,
-    ),  # fmt: skip
+    ),
     FlowIntent(0, 120, match(in_port=3, eth_dst=0x02FAB1000002), (), COOKIE_MAGIC | 3),
     FlowIntent(0, 115, match(in_port=4), (), COOKIE_MAGIC | 3),
 ]

@@ -138,6 +138,19 @@ def _layer(
     return layer
 
 
+def arp_allowed(
+    partitions: Partitions | None, attached: tuple[Attachment, ...], switch: str | None, in_port: int,
+    target_host: str,
+) -> bool:  # fmt: skip
+    """May the controller answer an ARP request that arrived on `switch`:`in_port` for `target_host`'s
+    address?  The asker is whoever is cabled to that port (not whoever the request claims to be), so a host
+    forging another's sender address learns nothing more than its own partitions allow."""
+    if partitions is None or not partitions.configured:
+        return True
+    asker = next((a.address.host for a in attached if a.switch == switch and a.port == in_port), None)
+    return asker is not None and partitions.permitted(asker, target_host)
+
+
 def drop_owner(
     flow: FlowIntent, switch: str, partitions: Partitions, attached: tuple[Attachment, ...]
 ) -> tuple[str, tuple[int, ...]] | None:
@@ -160,6 +173,7 @@ __all__ = [
     "PRIORITY_PKEY_DENY",
     "PRIORITY_PKEY_GUARD",
     "Attachment",
+    "arp_allowed",
     "attachments",
     "drop_owner",
     "enforce",
