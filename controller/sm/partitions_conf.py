@@ -179,7 +179,7 @@ def _split(toks: Sequence[Token], where: Token) -> list[list[Token]]:
         if tok.text == ",":
             parts.append([])
         elif tok.text == ":":
-            raise _error("unexpected ':'", tok)
+            raise _error("unexpected ':' (is the ';' ending the rule before it missing?)", tok)
         else:
             parts[-1].append(tok)
     return parts
@@ -192,7 +192,7 @@ def _is_word(tok: Token) -> bool:
 # --- mappings (the YAML form, REST bodies, the saved state) -------------------------------------------
 
 
-_BODY_KEYS = {"name", "pkey", "ip_over_ib", "mtu_limit", "service_level", "rate_limit", "defmember",
+_BODY_KEYS = {"name", "pkey", "ip_over_ib", "mtu_limit", "service_level", "rate_limit", "scope", "defmember",
               "members", "index0"}  # fmt: skip
 
 
@@ -226,7 +226,12 @@ def rule_from_dict(entry: Any, line: int, fail: Any = None) -> Rule:
         if not isinstance(entry["ip_over_ib"], bool):
             raise err("ip_over_ib must be true or false", "ip_over_ib")
         rule.ipoib = entry["ip_over_ib"]
-    for key, flag in (("mtu_limit", "mtu"), ("service_level", "sl"), ("rate_limit", "rate")):
+    for key, flag in (
+        ("mtu_limit", "mtu"),
+        ("service_level", "sl"),
+        ("rate_limit", "rate"),
+        ("scope", "scope"),
+    ):
         if key in entry and entry[key] is not None:
             value = entry[key]
             low, high = _INT_FLAGS[flag]
