@@ -158,3 +158,18 @@ class _NoSouthbound:
 
     def connected(self) -> set[int]:
         return set()
+
+    def read_switch(self, dpid: int, timeout_s: float = 10.0) -> Any:
+        raise ConnectionError("no switches")
+
+    def push(self, deltas: Any, phase: str, timeout_s: float = 10.0) -> dict[int, str]:
+        return {}
+
+    def probe_links(self, dpids: Any) -> int:
+        return 0
+
+    def port_stats(self, timeout_s: float = 2.0) -> dict[tuple[int, int], dict[str, int]]:
+        return {}
+
+    def slot_stats(self, timeout_s: float = 2.0) -> dict[Any, int]:
+        return {}
