@@ -2,7 +2,7 @@
 
     python -m tests.partition_probe sniff IFACE --duration S
         prints "ready", then after S seconds (or a line on stdin) one JSON line: every frame received, by
-        source MAC and kind (arp, icmp, udp, roce, other), and the sequence numbers of the UDP stream (port
+        source MAC and kind (arp, icmp, udp, roce, lldp, other), and the sequence numbers of the UDP stream (port
         9999) per source MAC
     python -m tests.partition_probe send IFACE --kind udp|icmp|roce|arp --src-mac M --src-ip A
                                                --dst-mac M --dst-ip A [--count N] [--rate PPS] [--pkey 0x8001]
@@ -33,6 +33,8 @@ def _kind(frame: bytes) -> str:
     ethertype = struct.unpack_from("!H", frame, 12)[0]
     if ethertype == 0x0806:
         return "arp"
+    if ethertype == 0x88CC:
+        return "lldp"  # the controller's link probes, sent by the switch itself
     if ethertype != 0x0800 or len(frame) < 34:
         return "other"
     proto = frame[23]
