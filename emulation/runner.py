@@ -131,6 +131,7 @@ def _run_once(
     args = spec.controller.controller_args()
     args += ["--stats-interval", str(spec.poll_interval_s)]
     args += ["--capacity-scale", str(scenario.scale)] if scenario.scale is not None else []
+    args += ["--partitions", str(scenario.partitions_file)] if scenario.partitions_file is not None else []
     topology = (scenario.file.parent / spec.topology).resolve()
     ctl = ControllerProcess(topology, work / "state", work / "controller.log", *args)
     timings: dict[str, float] = {}

@@ -1,9 +1,9 @@
 """Raw-socket probes for the partition tests, run inside a Mininet host's namespace.
 
     python -m tests.partition_probe sniff IFACE --duration S
-        prints "ready", then after S seconds (or a line on stdin) one JSON line: every frame received, by
-        source MAC and kind (arp, icmp, udp, roce, lldp, other), and the sequence numbers of the UDP stream (port
-        9999) per source MAC
+        prints "ready", then after S seconds (or a line on stdin) one JSON line: every frame received,
+        by source MAC and kind (arp, icmp, udp, roce, lldp, other), and the sequence numbers of the UDP
+        stream (port 9999) per source MAC
     python -m tests.partition_probe send IFACE --kind udp|icmp|roce|arp --src-mac M --src-ip A
                                                --dst-mac M --dst-ip A [--count N] [--rate PPS] [--pkey 0x8001]
         sends frames as given (any source address: forging is the point); for arp, a who-has for --dst-ip,

@@ -34,6 +34,10 @@ LOG = logging.getLogger("fabriclab")
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
 
 
+#: Names the controller's --partitions file when the option is not given (docker compose's .env).
+PARTITIONS_ENV = "FABRICLAB_PARTITIONS"
+
+
 def register(commands: Any) -> None:
     p = commands.add_parser("controller", help="run the controller (OpenFlow + REST)")
     p.add_argument("--topology", required=True, type=Path, help="declared fabric (YAML or ibnetdiscover)")
@@ -51,10 +55,10 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--partitions",
         type=Path,
-        default=None,
+        default=Path(os.environ[PARTITIONS_ENV]) if os.environ.get(PARTITIONS_ENV) else None,
         metavar="FILE",
-        help="partitions to enforce (OpenSM partitions.conf or YAML; default: the saved ones, else "
-        "everyone in Default=0x7fff)",
+        help=f"partitions to enforce (OpenSM partitions.conf or YAML; default: ${PARTITIONS_ENV} if set, "
+        "else the saved ones, else everyone full in Default=0x7fff)",
     )
     p.add_argument(
         "--lldp-interval",
