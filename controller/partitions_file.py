@@ -33,7 +33,14 @@ def parse_yaml(text: str, file: str) -> list[Rule]:
                                   field=document.field_name(where))  # fmt: skip
 
         try:
-            rules.append(rule_from_dict(entry, document.line_of(path) or 0, fail))
+            rule = rule_from_dict(entry, document.line_of(path) or 0, fail)
+            where = [[*path, "members", i] for i in range(len(rule.members))]
+            rule.members = [
+                (w, m, document.line_of(at) or 0, None)
+                for (w, m, _, _), at in zip(rule.members, where, strict=True)
+            ]
+            rule.member_fields = [document.field_name(at) for at in where]
+            rules.append(rule)
         except PartitionError as exc:
             if exc.file is None:
                 raise fail(exc.message, *(exc.field.split(".") if exc.field else [])) from None

@@ -402,12 +402,13 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
         spec.controller.choice()
     except PolicyError as exc:
         raise doc.error(["controller", exc.field or "policy"], exc.message) from None
+    partitions = None
     if spec.partitions is not None:
         partitions_path = (path.parent / spec.partitions).resolve()
         if not partitions_path.exists():
             raise doc.error(["partitions"], f"no such file: {partitions_path}")
         try:
-            load_partitions(partitions_path, fabric)
+            partitions = load_partitions(partitions_path, fabric)
         except InputError as exc:
             raise doc.error(["partitions"], str(exc)) from None
     engines = default_registry()
@@ -424,6 +425,13 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
             except TrafficError as exc:
                 field = exc.field if exc.field in ("ranks", "size", "schedule") else "collective"
                 raise doc.error(["traffic", i, field], exc.message) from None
+            ranks = collective_ranks(item, sorted(hosts))
+            if partitions is not None and len(ranks) <= PLAN_CHECK_RANKS:  # the pairs the plan really uses
+                pairs = collective_plan(item, sorted(hosts)).bytes_by_pair()
+                apart = next((p for p in sorted(pairs) if not partitions.permitted(*p)), None)
+                if apart is not None:
+                    raise doc.error(["traffic", i, "ranks"], f"ranks {apart[0]} and {apart[1]} share no "
+                                    "partition: the fabric would drop their traffic")  # fmt: skip
             continue
         if isinstance(item, KvTransfer):
             _check_kv(item, sorted(hosts), doc, i)

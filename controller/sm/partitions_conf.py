@@ -63,6 +63,8 @@ class Rule:
     defmember: Membership = Membership.LIMITED
     #: (member word, membership or None for the default, line, column)
     members: list[tuple[str, Membership | None, int, int | None]] = field(default_factory=list)
+    #: How errors name each member's field (the YAML form: ``partitions[0].members[1]``); default "members".
+    member_fields: list[str] | None = None
 
 
 def _error(message: str, at: Token | None, field_: str | None = None) -> PartitionError:
@@ -308,13 +310,14 @@ def resolve(rules: Iterable[Rule], fabric: Fabric, file: str | None = None,
         if first is not rule:
             first.ipoib |= rule.ipoib
             first.flags.update({k: v for k, v in rule.flags.items() if k not in first.flags})
-        for word, membership, line, column in rule.members:
+        for index, (word, membership, line, column) in enumerate(rule.members):
             chosen = membership or rule.defmember
             for key in _expand(word, hosts, switches, by_guid):
                 if key is None:
+                    where = rule.member_fields[index] if rule.member_fields else "members"
                     raise PartitionError(f"unknown member {word!r} (not a host of {fabric.name}, a port "
                                          f"GUID or one of {', '.join(KEYWORDS)})", file=file, line=line,
-                                         column=column, field="members")  # fmt: skip
+                                         column=column, field=where)  # fmt: skip
                 members[key] = members[key].merged(chosen) if key in members else chosen
     if add_default and DEFAULT_PKEY not in merged:
         limited: dict[_Key, Membership] = {(h, None): Membership.LIMITED for h in hosts}
