@@ -87,6 +87,12 @@ def test_permission_rule(k4: Fabric) -> None:
     assert parts.pkey_for("h1", "h2") == 1 | FULL_BIT and parts.pkey_for("h2", "h1") == 1
     assert parts.pkey_for("h1", "h4") is None
     assert pair_pkey(parts, "h4", "h2") == 2 and pair_pkey(None, "h1", "h2") == 0xFFFF
+    hosts = [h.name for h in k4.hosts]
+    for conf in (parts, _resolve(ROOT.joinpath("scenarios/partitions-k4.conf").read_text(), k4)):
+        for a in hosts:  # the precomputed relation the flows are compiled from is the rule, pair by pair
+            for b in hosts:
+                if a != b:
+                    assert (b in conf.peers.get(a, ())) == conf.permitted(a, b), (a, b)
 
 
 def test_tokens_know_line_and_column() -> None:

@@ -116,24 +116,25 @@ def _layer(
         elif f.priority == PRIORITY_CLASS and "ip_dscp" in fields:
             classes.setdefault(fields["eth_dst"], []).append(f)
     layer: list[FlowIntent] = []
+    peers = partitions.peers
     for src in mine:
         s = src.address
+        mine_peers = peers.get(s.host, frozenset())
         for dst in attached:
             d = dst.address
             if d.host == s.host:
                 continue
-            if not partitions.permitted(s.host, d.host) or d.mac not in routes:
-                layer.append(FlowIntent(0, PRIORITY_PKEY_DENY, match(in_port=src.port, eth_dst=d.mac), (),
-                                        cookie))  # fmt: skip
+            if d.host not in mine_peers or d.mac not in routes:
+                deny = (("eth_dst", d.mac), ("in_port", src.port))  # = match(...): fields in name order
+                layer.append(FlowIntent(0, PRIORITY_PKEY_DENY, deny, (), cookie))
                 continue
-            base = dict(in_port=src.port, eth_src=s.mac, eth_dst=d.mac, eth_type=ETH_TYPE_IPV4,
-                        ipv4_src=s.ipv4, ipv4_dst=d.ipv4)  # fmt: skip
-            layer.append(FlowIntent(0, PRIORITY_PKEY_ALLOW, match(**base), routes[d.mac].actions, cookie))
+            allow = (("eth_dst", d.mac), ("eth_src", s.mac), ("eth_type", ETH_TYPE_IPV4),
+                     ("in_port", src.port), ("ipv4_dst", d.ipv4), ("ipv4_src", s.ipv4))  # fmt: skip
+            layer.append(FlowIntent(0, PRIORITY_PKEY_ALLOW, allow, routes[d.mac].actions, cookie))
             for c in classes.get(d.mac, ()):
                 dscp = dict(c.match)["ip_dscp"]
-                layer.append(
-                    FlowIntent(0, PRIORITY_PKEY_ALLOW_CLASS, match(**base, ip_dscp=dscp), c.actions, cookie)
-                )
+                key = match(**dict(allow), ip_dscp=dscp)
+                layer.append(FlowIntent(0, PRIORITY_PKEY_ALLOW_CLASS, key, c.actions, cookie))
         layer.append(FlowIntent(0, PRIORITY_PKEY_GUARD, match(in_port=src.port), (), cookie))
     return layer
 

@@ -184,6 +184,20 @@ class Partitions:
                 found.append(pkey)
         return tuple(sorted(found))
 
+    @cached_property
+    def peers(self) -> Mapping[str, frozenset[str]]:
+        """Every host -> the hosts it may talk to (the `permitted` relation at once: one pass over the
+        partitions, full members × members, instead of a lookup per pair)."""
+        found: dict[str, set[str]] = {}
+        for p in self.partitions:
+            members = list(p.hosts)
+            full = [h for h, m in p.hosts.items() if m.full]
+            for f in full:
+                found.setdefault(f, set()).update(members)
+            for h in members:
+                found.setdefault(h, set()).update(full)
+        return {h: frozenset(v) for h, v in found.items()}
+
     def permitted(self, src: str, dst: str) -> bool:
         """May `src` and `dst` exchange packets?  (Symmetric; a host may always reach itself.)"""
         return src == dst or bool(self.shared(src, dst))
