@@ -1,7 +1,7 @@
 """Isolation counters of a scenario run: what the partition layer dropped, per partition, off the switches.
 
 The controller's deny flows (priority 120: ingress port + a destination the source may not reach) and guard
-flows (115: anything else from a host port — forged sources, other protocols) drop without actions; their
+flows (118: IPv4 with a forged address; 115: anything else from a host port) drop without actions; their
 packet counters are the isolation evidence.  They are read with ``ovs-ofctl dump-flows`` before and after
 the traffic, and a deny flow's packets are counted against the partitions of the destination it protected.
 The all-pairs reachability check of every run doubles as an isolation check: a denied pair that delivered,
@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from controller.sm.isolation import PRIORITY_PKEY_DENY, PRIORITY_PKEY_GUARD
+from controller.sm.isolation import DROP_PRIORITIES
 from controller.sm.partitions import Partitions, pkey_str
 from emulation.mnfabric import MininetFabric
 
@@ -32,7 +32,7 @@ def read_drops(net: MininetFabric) -> Drops:
         for line in out.splitlines():
             fields = dict(_FIELD.findall(line))
             priority = int(fields.get("priority", "0"))
-            if priority not in (PRIORITY_PKEY_DENY, PRIORITY_PKEY_GUARD) or "in_port" not in fields:
+            if priority not in DROP_PRIORITIES or "in_port" not in fields:
                 continue
             key = (switch.name, int(fields["in_port"]), fields.get("dl_dst", "").lower())
             drops[key] = int(fields.get("n_packets", "0"))

@@ -293,6 +293,7 @@ class FakeFabric:
         udp_src: int | None = None,
         dscp: int = 0,
         forge: str | None = None,
+        eth_type: int = ETH_TYPE_IPV4,
     ) -> list[str]:
         """Send an IPv4 frame from host `src` to host `dst`'s MAC and IP (a UDP datagram from source port
         `udp_src` when given; with `forge`, claiming that host's source MAC and IP); returns the ports
@@ -302,6 +303,8 @@ class FakeFabric:
         claimed = self.addresses.of_host(forge) if forge is not None else src_address
         packet = {"eth_dst": dst_address.mac, "eth_type": ETH_TYPE_IPV4, "ip_dscp": dscp, "ip_proto": 1,
                   "eth_src": claimed.mac, "ipv4_src": claimed.ipv4, "ipv4_dst": dst_address.ipv4}  # fmt: skip
+        if eth_type != ETH_TYPE_IPV4:  # e.g. RoCE v1 (0x8915): no IP header
+            packet = {"eth_dst": dst_address.mac, "eth_src": claimed.mac, "eth_type": eth_type}
         if udp_src is not None:
             packet.update(ip_proto=17, udp_src=udp_src)
         at = self.fabric.peer(src, src_address.port)

@@ -13,7 +13,7 @@ import pytest
 
 from controller.core.events import PartitionsRequested
 from controller.sm.intents import ForwardingOptions
-from controller.sm.isolation import PRIORITY_PKEY_DENY, PRIORITY_PKEY_GUARD, arp_allowed, drop_owner
+from controller.sm.isolation import PRIORITY_PKEY_DENY, PRIORITY_PKEY_GUARD_IP, arp_allowed, drop_owner
 from controller.sm.partitions import Partitions
 from controller.sm.partitions_conf import parse_conf, resolve
 from tests.core_driver import CoreDriver
@@ -77,11 +77,23 @@ def test_a_host_forging_another_hosts_source_gets_nothing_through(k4: Fabric) ->
     leaf = k4.peer("h3", 1)
     assert leaf is not None
     switch = driver.fake.switches[leaf.node]
-    guard = [k for k in switch.packets if k[1] == PRIORITY_PKEY_GUARD and k[2] == (("in_port", leaf.port),)]
-    # forged towards another tenant: that tenant's deny flow; forged within its own partition: the guard
-    assert guard and switch.packets[guard[0]] == 1
+    guards = [k for k in switch.packets if k[1] == PRIORITY_PKEY_GUARD_IP and ("in_port", leaf.port) in k[2]]
+    # forged towards another tenant: that tenant's deny flow; forged within its own partition: the IPv4 guard
+    assert guards and switch.packets[guards[0]] == 1
     denied = sum(n for k, n in switch.packets.items() if k[1] == PRIORITY_PKEY_DENY)
     assert denied == 2
+
+
+def test_other_frames_of_a_permitted_pair_pass_and_nothing_else(k4: Fabric) -> None:
+    """RoCE v1 (ethertype 0x8915, no IP header) and raw Ethernet between permitted hosts pass on their MACs
+    and ingress port; to a denied host, or with a forged source MAC, they are dropped like IPv4."""
+    driver = _driver(k4, resolve(parse_conf(CONF), k4))
+    for eth_type in (0x8915, 0x88B5):
+        assert driver.fake.delivers("h1", "h5", eth_type=eth_type)
+        assert driver.fake.delivers("h9", "h1", eth_type=eth_type)  # full-limited
+        assert not driver.fake.delivers("h1", "h3", eth_type=eth_type)  # another partition
+        assert not driver.fake.delivers("h12", "h14", eth_type=eth_type)  # limited-limited
+        assert not driver.fake.delivers("h3", "h7", eth_type=eth_type, forge="h13")  # forged source MAC
 
 
 def test_denied_packets_are_counted_per_partition(k4: Fabric) -> None:

@@ -7,10 +7,13 @@ edge switch a host is cabled to does the equivalent, before a packet reaches the
   the ingress port *and* the addresses the SM assigned the source (MAC and IPv4) *and* the destination's —
   with the same actions as the destination's forwarding flow on that switch (per-class overrides too, one
   priority higher).  A host that forges another host's MAC or IP matches no allow flow of its port.
+* **IPv4 guard** (`PRIORITY_PKEY_GUARD_IP`), then **L2 allow** (`PRIORITY_PKEY_ALLOW_L2`): IPv4 that no allow
+  flow matched is dropped; other frames of a permitted pair (RoCE v1, raw Ethernet) pass on the ingress
+  port and both MACs.
 * **deny** (`PRIORITY_PKEY_DENY`): one flow per denied pair (ingress port, destination MAC), no actions: the
   drop is counted per pair, so per partition (see `drop_owner`).
-* **guard** (`PRIORITY_PKEY_GUARD`): one flow per host port, no actions: forged sources, other protocols,
-  unknown destinations.
+* **guard** (`PRIORITY_PKEY_GUARD`): one flow per host port, no actions: forged source MACs, unknown
+  destinations.
 
 ARP and LLDP go to the controller above all of these (`PRIORITY_CONTROL`), and its ARP answers follow
 `Partitions.permitted`, so no host learns another tenant's address either.
@@ -40,13 +43,20 @@ from controller.sm.partitions import Partitions
 from topologies.model import Fabric
 
 PRIORITY_PKEY_GUARD = 115
+#: Non-IPv4 frames (RoCE v1's 0x8915, other L2 protocols) of a permitted pair: MACs and ingress port.
+PRIORITY_PKEY_ALLOW_L2 = 116
+#: IPv4 from a host port that no allow flow matched: a forged or unknown IP address.
+PRIORITY_PKEY_GUARD_IP = 118
 PRIORITY_PKEY_DENY = 120
 PRIORITY_PKEY_ALLOW = 130
 #: An allow flow of a per-class (DSCP) override: one above the plain allow flows.
 PRIORITY_PKEY_ALLOW_CLASS = 131
 PARTITION_PRIORITIES = frozenset(
-    {PRIORITY_PKEY_GUARD, PRIORITY_PKEY_DENY, PRIORITY_PKEY_ALLOW, PRIORITY_PKEY_ALLOW_CLASS}
-)
+    {PRIORITY_PKEY_GUARD, PRIORITY_PKEY_ALLOW_L2, PRIORITY_PKEY_GUARD_IP, PRIORITY_PKEY_DENY,
+     PRIORITY_PKEY_ALLOW, PRIORITY_PKEY_ALLOW_CLASS}
+)  # fmt: skip
+#: The flows that drop (their counters are the isolation evidence).
+DROP_PRIORITIES = frozenset({PRIORITY_PKEY_GUARD, PRIORITY_PKEY_GUARD_IP, PRIORITY_PKEY_DENY})
 
 
 @dataclass(frozen=True)
@@ -131,10 +141,14 @@ def _layer(
             allow = (("eth_dst", d.mac), ("eth_src", s.mac), ("eth_type", ETH_TYPE_IPV4),
                      ("in_port", src.port), ("ipv4_dst", d.ipv4), ("ipv4_src", s.ipv4))  # fmt: skip
             layer.append(FlowIntent(0, PRIORITY_PKEY_ALLOW, allow, routes[d.mac].actions, cookie))
+            l2 = (("eth_dst", d.mac), ("eth_src", s.mac), ("in_port", src.port))
+            layer.append(FlowIntent(0, PRIORITY_PKEY_ALLOW_L2, l2, routes[d.mac].actions, cookie))
             for c in classes.get(d.mac, ()):
                 dscp = dict(c.match)["ip_dscp"]
                 key = match(**dict(allow), ip_dscp=dscp)
                 layer.append(FlowIntent(0, PRIORITY_PKEY_ALLOW_CLASS, key, c.actions, cookie))
+        guard_ip = (("eth_type", ETH_TYPE_IPV4), ("in_port", src.port))
+        layer.append(FlowIntent(0, PRIORITY_PKEY_GUARD_IP, guard_ip, (), cookie))
         layer.append(FlowIntent(0, PRIORITY_PKEY_GUARD, match(in_port=src.port), (), cookie))
     return layer
 
@@ -157,9 +171,9 @@ def drop_owner(
 ) -> tuple[str, tuple[int, ...]] | None:
     """Whose drop a partition flow's counter is: ("denied", P_Keys of the destination's partitions) for a
     deny flow — the tenants it protected — ("forged", ()) for a guard flow; None for other flows."""
-    if flow.table != 0 or flow.priority not in (PRIORITY_PKEY_DENY, PRIORITY_PKEY_GUARD):
+    if flow.table != 0 or flow.priority not in DROP_PRIORITIES:
         return None
-    if flow.priority == PRIORITY_PKEY_GUARD:
+    if flow.priority != PRIORITY_PKEY_DENY:
         return ("forged", ())
     mac = dict(flow.match).get("eth_dst")
     host = next((a.address.host for a in attached if a.address.mac == mac), None)
@@ -168,11 +182,14 @@ def drop_owner(
 
 
 __all__ = [
+    "DROP_PRIORITIES",
     "PARTITION_PRIORITIES",
     "PRIORITY_PKEY_ALLOW",
     "PRIORITY_PKEY_ALLOW_CLASS",
+    "PRIORITY_PKEY_ALLOW_L2",
     "PRIORITY_PKEY_DENY",
     "PRIORITY_PKEY_GUARD",
+    "PRIORITY_PKEY_GUARD_IP",
     "Attachment",
     "arp_allowed",
     "attachments",
