@@ -149,7 +149,6 @@ def mount_pkeys(app: FastAPI, service: FabricService, token: str | None) -> None
     @app.post(
         f"{API}/pkeys",
         dependencies=mutation,
-        status_code=201,
         responses=_errors(400, 401, 409, 413, 415, 422, 500, 503),
     )
     async def create_pkey(request: Request) -> dict[str, Any]:
