@@ -39,6 +39,7 @@ from controller.core.events import (
     LinksSeen,
     Log,
     LogLevel,
+    PartitionsRequested,
     PolicyRequested,
     PortChange,
     PortsChanged,
@@ -60,7 +61,9 @@ from controller.core.events import (
 from controller.core.fabric import FabricCore
 from controller.core.state import Config, FabricState
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
+from controller.sm.isolation import arp_allowed
 from controller.sm.manager import SubnetContext
+from controller.sm.partitions import Partitions
 from controller.sm.policies import PolicyChoice, PolicyError
 from controller.state import StateError, StateStore
 from topologies.model import Fabric
@@ -132,12 +135,13 @@ class Published:
 
 @dataclass
 class _Request:
-    event: RoutingRequested | PolicyRequested
+    event: _Operator
     future: Future[Any] = field(default_factory=Future)
     started: bool = False
     cancelled: bool = False
 
 
+_Operator = RoutingRequested | PolicyRequested | PartitionsRequested
 _STOP = object()
 #: Inputs that arrive in bursts and are handed to the core as one event each burst.
 _BATCHED: dict[type, Callable[[tuple[Any, ...]], Event]] = {
@@ -271,7 +275,13 @@ class FabricService:
         if asker is not None and asker.mac == arp.sender_mac:
             self._queue.put(HostSeen(asker.host, asker.port, dpid, in_port, now))
         target = addresses.by_ipv4.get(arp.target_ip)
-        return target.mac if target is not None else None
+        if target is None:
+            return None
+        partitions = self._published.state.config.partitions
+        switch = self.context.switch_of_dpid.get(dpid)
+        if not arp_allowed(partitions, self.context.attached, switch, in_port, target.host):
+            return None  # another tenant's address is not revealed
+        return target.mac
 
     # --- operator requests -------------------------------------------------------------------------------
 
@@ -291,8 +301,15 @@ class FabricService:
         """Change the routing policy and reprogram the switches (same errors as `set_routing`)."""
         return self._ask(lambda request: PolicyRequested(request, choice), timeout_s)
 
+    def set_partitions(self, partitions: Partitions, change: str, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Replace the partitions (validated whole by the caller) and reprogram the edge switches,
+        make-before-break; persisted first (same errors as `set_routing`)."""
+        return self._ask(lambda request: PartitionsRequested(request, partitions, change), timeout_s)
+
     def _ask(
-        self, make: Callable[[int], RoutingRequested | PolicyRequested], timeout_s: float
+        self,
+        make: Callable[[int], RoutingRequested | PolicyRequested | PartitionsRequested],
+        timeout_s: float,
     ) -> dict[str, Any]:
         with self._requests_lock:
             waiting = sum(1 for r in self._requests.values() if not r.started)  # (the lock is not reentrant)
@@ -352,7 +369,7 @@ class FabricService:
             event = self._coalesce(item)
             if isinstance(event, CountersSampled):
                 self._sample_queued.clear()
-            if isinstance(event, RoutingRequested | PolicyRequested):
+            if isinstance(event, RoutingRequested | PolicyRequested | PartitionsRequested):
                 with self._requests_lock:
                     request = self._requests.get(event.request)
                     if request is None or request.cancelled:
@@ -369,7 +386,7 @@ class FabricService:
                 step = self.core.handle(self._state, self.clock(), current)
             except Exception as exc:  # a bug: keep the old state, tell a waiting caller, carry on
                 LOG.exception("handling %s failed", type(current).__name__)
-                if isinstance(current, RoutingRequested | PolicyRequested):
+                if isinstance(current, RoutingRequested | PolicyRequested | PartitionsRequested):
                     self._reply(Reply(current.request, error=exc))
                 continue
             self._state = step.state

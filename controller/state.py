@@ -33,8 +33,8 @@ from topologies.errors import InputError, read_input_bytes
 STATE_FILE = "controller-state.json"
 LOCK_FILE = "controller.lock"
 FORMAT = 1
-#: The state is a few fields; anything larger is not ours.
-MAX_STATE_BYTES = 64 * 1024
+#: The state is a few fields and the partitions; anything larger is not ours.
+MAX_STATE_BYTES = 1024 * 1024  # partitions list their members
 
 
 class StateError(ValueError):
@@ -54,6 +54,8 @@ class SavedState:
     hysteresis: float = 0.1
     #: Per-DSCP policy exceptions as {"26": "static"}.
     classes: dict[str, str] | None = None
+    #: Partitions set by file or REST, as `Partitions.as_dict()["partitions"]` (None: OpenSM's default).
+    partitions: list[dict[str, Any]] | None = None
 
 
 _FIELDS: dict[str, type] = {"engine": str, "fast_failover": bool, "multipath": bool, "generation": int}
@@ -64,6 +66,7 @@ _OPTIONAL: dict[str, tuple[type, ...]] = {
     "threshold": (float, int),
     "hysteresis": (float, int),
     "classes": (dict,),
+    "partitions": (list,),
 }
 
 

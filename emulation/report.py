@@ -181,6 +181,22 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _isolation_line(iso: dict[str, Any]) -> str:
+    """One sentence: the partitions' drops (per partition protected) and the reachability check."""
+    per = (
+        ", ".join(f"{k} {v['name']} {v['packets']}" for k, v in iso["dropped_by_partition"].items()) or "none"
+    )
+    wrong = iso["denied_but_delivered"] + iso["permitted_but_undelivered"]
+    check = (
+        "all as the partitions say" if not wrong else f"CONTRADICTING the partitions: {', '.join(wrong[:10])}"
+    )
+    return (
+        f"Isolation: {iso['denied_pairs']} host pairs denied by the partitions; all-pairs check {check}; "
+        f"packets dropped at the ingress edge during traffic: {iso['dropped_packets']['denied']} denied "
+        f"(by partition protected: {per}), {iso['dropped_packets']['forged_or_unknown']} forged or unknown."
+    )
+
+
 def _overload_line(summary: dict[str, Any]) -> str:
     if summary.get("emulator_overloaded"):
         reps = ", ".join(str(r) for r in summary.get("overloaded_repetitions", []))
@@ -235,6 +251,8 @@ def _blocks(summary: dict[str, Any], plots: dict[int, list[str]]) -> list[Block]
                 f"({pairs['reachable']}/{pairs['pairs']} reachable).",
             ),
         ]
+        if rep.get("isolation"):
+            blocks.append(("p", _isolation_line(rep["isolation"])))
         if rep["flows"]:
             blocks.append(
                 (

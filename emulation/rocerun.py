@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.partitions_file import load_partitions
+from controller.sm.partitions import Partitions
 from emulation.mnfabric import MininetFabric
 from emulation.scenario import RoceCollective, Scenario, collective_plan
 from traffic.patterns import Plan, bus_factor
+from traffic.roce import DEFAULT_PKEY
 
 QP_BASE = 0x100
 
@@ -30,6 +33,8 @@ class _Collective:
     item: RoceCollective
     plan: Plan
     pairs: dict[tuple[str, str], tuple[int, int]]  # (src, dst) -> (qp, packets)
+    #: (src, dst) -> the P_Key its packets carry in the BTH (the partition the pair shares)
+    pkeys: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -43,8 +48,20 @@ class RoceRun:
     socket_drops: dict[str, int] = field(default_factory=dict)
 
 
+def pair_pkey(partitions: Partitions | None, src: str, dst: str) -> int:
+    """The P_Key a RoCEv2 packet from `src` to `dst` carries: the lowest partition they may talk in, with
+    the membership bit of the sender (no partitions file: 0xffff, full member of the default partition).
+    A pair that shares none gets the default's limited key: the fabric drops its packets anyway."""
+    if partitions is None:
+        return DEFAULT_PKEY
+    pkey = partitions.pkey_for(src, dst)
+    return pkey if pkey is not None else DEFAULT_PKEY & 0x7FFF
+
+
 def prepare(scenario: Scenario) -> RoceRun:
     hosts = [h.name for h in scenario.fabric.hosts]
+    file = scenario.partitions_file
+    partitions = load_partitions(file, scenario.fabric) if file is not None else None
     collectives = []
     qp = QP_BASE
     for item in scenario.spec.traffic:
@@ -55,7 +72,8 @@ def prepare(scenario: Scenario) -> RoceRun:
         for (src, dst), size in sorted(plan.bytes_by_pair().items()):
             pairs[(src, dst)] = (qp, -(-size // item.mtu))
             qp += 1
-        collectives.append(_Collective(item, plan, pairs))
+        pkeys = {pair: pair_pkey(partitions, *pair) for pair in pairs}
+        collectives.append(_Collective(item, plan, pairs, pkeys))
     spraying = {src for c in collectives if scenario.sprays(c.item.entropy) for src, _ in c.pairs}
     return RoceRun(collectives, spraying)
 
@@ -95,7 +113,10 @@ def start_senders(run: RoceRun, net: MininetFabric, work: Path) -> None:
     for c in run.collectives:
         for (src, dst), (qp, packets) in c.pairs.items():
             mac, ip = net.addresses[(dst, 1)]
-            by_src.setdefault(src, []).append({"dst_mac": mac, "dst_ip": ip, "qp": qp, "packets": packets})
+            pkey = c.pkeys.get((src, dst), DEFAULT_PKEY)
+            by_src.setdefault(src, []).append(
+                {"dst_mac": mac, "dst_ip": ip, "qp": qp, "packets": packets, "pkey": pkey}
+            )
             rate[src] = max(rate.get(src, 0.0), c.item.rate_pps)
             mtu[src] = c.item.mtu
     for src, streams in by_src.items():

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from controller.partitions_file import load_partitions
 from controller.sm.manager import SubnetManager
-from emulation import rocerun
+from emulation import isolation, rocerun
 from emulation.controlproc import ControllerProcess
 from emulation.headroom import TxBufferSampler, assess, capacity_ratio, snapshot
 from emulation.mesh import check_all_pairs
@@ -128,9 +129,13 @@ def _run_once(
     spec, fabric = scenario.spec, scenario.fabric
     sm = SubnetManager(fabric)
     addresses = sm.addresses.as_strings()
+    file = scenario.partitions_file
+    partitions = load_partitions(file, fabric) if file is not None else None
+    isolated: dict[str, Any] | None = None
     args = spec.controller.controller_args()
     args += ["--stats-interval", str(spec.poll_interval_s)]
     args += ["--capacity-scale", str(scenario.scale)] if scenario.scale is not None else []
+    args += ["--partitions", str(scenario.partitions_file)] if scenario.partitions_file is not None else []
     topology = (scenario.file.parent / spec.topology).resolve()
     ctl = ControllerProcess(topology, work / "state", work / "controller.log", *args)
     timings: dict[str, float] = {}
@@ -154,6 +159,7 @@ def _run_once(
         bad = [f"{s}->{d}" for (s, d), ok in pairs.items() if not ok]
         progress(0.1, f"{len(pairs) - len(bad)}/{len(pairs)} pairs reachable")
         flows = scenario.flows(rep)
+        drops_before = isolation.read_drops(net) if partitions is not None else {}
         placement = {f.name: _placement(ctl, f) for f in flows}
         since = int(ctl.get("events")[-1]["id"]) if ctl.get("events") else 0
         before = snapshot(net.switch_interfaces(), net.headroom_hosts())
@@ -166,6 +172,9 @@ def _run_once(
         for host, drops in measured["receiver_socket_drops"].items():  # their sockets are closed by now
             after.host_socket_drops[host] = after.host_socket_drops.get(host, 0) + drops
         faulted = _faulted_interfaces(scenario, net)
+        if partitions is not None:
+            macs = {mac: host for (host, _), (mac, _) in addresses.items()}
+            isolated = isolation.report(partitions, macs, drops_before, isolation.read_drops(net), pairs)
         events = [e for e in ctl.get(f"events?since={since}&limit=1000") if e["kind"] != "switch_connect"]
     finally:
         net.stop()
@@ -191,6 +200,7 @@ def _run_once(
         "loss_windows": _loss_windows(flows, measured["receivers"], measured["faults"]),
         "events": events,
         "utilisation": measured["utilisation"],
+        **({"isolation": isolated} if isolated is not None else {}),
     }
 
 

@@ -43,6 +43,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controller.partitions_file import load_partitions
 from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, class_map, default_policies
 from emulation.mnfabric import Scale
@@ -193,6 +194,8 @@ class ScenarioSpec(_Strict):
     description: str | None = None
     topology: str
     scale: str | None = None
+    #: Partitions the controller enforces: an OpenSM partitions.conf or YAML file, relative to this file.
+    partitions: str | None = None
     controller: ControllerSpec = ControllerSpec()
     duration_s: Annotated[float, Field(gt=0, le=3600)]
     repetitions: Annotated[int, Field(ge=1, le=100)] = 1
@@ -261,6 +264,11 @@ class Scenario:
     file: Path
     fabric: Fabric
     scale: Scale | None
+
+    @property
+    def partitions_file(self) -> Path | None:
+        """The partitions file the controller is started with (checked against the topology on load)."""
+        return (self.file.parent / self.spec.partitions).resolve() if self.spec.partitions else None
 
     @property
     def per_packet(self) -> bool:
@@ -394,6 +402,15 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
         spec.controller.choice()
     except PolicyError as exc:
         raise doc.error(["controller", exc.field or "policy"], exc.message) from None
+    partitions = None
+    if spec.partitions is not None:
+        partitions_path = (path.parent / spec.partitions).resolve()
+        if not partitions_path.exists():
+            raise doc.error(["partitions"], f"no such file: {partitions_path}")
+        try:
+            partitions = load_partitions(partitions_path, fabric)
+        except InputError as exc:
+            raise doc.error(["partitions"], str(exc)) from None
     engines = default_registry()
     if spec.controller.engine not in engines:
         known = ", ".join(engines.names())
@@ -408,6 +425,13 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
             except TrafficError as exc:
                 field = exc.field if exc.field in ("ranks", "size", "schedule") else "collective"
                 raise doc.error(["traffic", i, field], exc.message) from None
+            ranks = collective_ranks(item, sorted(hosts))
+            if partitions is not None and len(ranks) <= PLAN_CHECK_RANKS:  # the pairs the plan really uses
+                pairs = collective_plan(item, sorted(hosts)).bytes_by_pair()
+                apart = next((p for p in sorted(pairs) if not partitions.permitted(*p)), None)
+                if apart is not None:
+                    raise doc.error(["traffic", i, "ranks"], f"ranks {apart[0]} and {apart[1]} share no "
+                                    "partition: the fabric would drop their traffic")  # fmt: skip
             continue
         if isinstance(item, KvTransfer):
             _check_kv(item, sorted(hosts), doc, i)

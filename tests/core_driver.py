@@ -34,6 +34,7 @@ from controller.core.fabric import FabricCore, Step
 from controller.core.state import Config, FabricState, Record
 from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import SubnetContext
+from controller.sm.partitions import Partitions
 from controller.sm.policies import PolicyParams
 from controller.state import SavedState
 from tests.fakes import FakeFabric, FakeSouthbound
@@ -48,11 +49,12 @@ class CoreDriver:
     saved: SavedState | None = None
     params: PolicyParams = field(default_factory=PolicyParams)
     link_scale: float = 1.0
+    partitions: Partitions | None = None
 
     def __post_init__(self) -> None:
         self.context = SubnetContext.build(self.fabric)
         self.core = FabricCore(self.context, link_scale=self.link_scale)
-        config = Config(self.engine, self.options, self.params)
+        config = Config(self.engine, self.options, self.params, self.partitions)
         self.state: FabricState = self.core.initial_state(self.saved, config)
         self.fake = FakeFabric(self.fabric, self.context.addresses)
         self.sb = FakeSouthbound(self.fake, self)

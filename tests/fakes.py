@@ -21,6 +21,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -107,6 +108,8 @@ class FakeSwitch:
     groups: dict[int, GroupIntent] = field(default_factory=dict)
     ports_down: set[int] = field(default_factory=set)
     messages: int = 0
+    #: Packets each flow matched (the flow counters partition drops are counted with).
+    packets: dict[FlowKey, int] = field(default_factory=dict)
     #: Flows by (table, indexed field, value): lookups check a handful of candidates, not every flow.
     _index: dict[tuple[int, str, int], list[FlowIntent]] | None = field(default=None, repr=False)
 
@@ -223,6 +226,7 @@ class FakeSwitch:
             flow = self.lookup(fields, table)
             if flow is None:
                 return None
+            self.packets[flow.key] = self.packets.get(flow.key, 0) + 1
             goto = None
             for kind, arg in flow.actions:
                 if kind == "output":
@@ -282,14 +286,25 @@ class FakeFabric:
         return affected
 
     def trace(
-        self, src: str, dst: str, flow_hash: int = 0, udp_src: int | None = None, dscp: int = 0
+        self,
+        src: str,
+        dst: str,
+        flow_hash: int = 0,
+        udp_src: int | None = None,
+        dscp: int = 0,
+        forge: str | None = None,
+        eth_type: int = ETH_TYPE_IPV4,
     ) -> list[str]:
-        """Send an IPv4 frame from host `src` to host `dst`'s MAC (a UDP datagram from source port `udp_src`
-        when given); returns the ports visited.  Raises NotDelivered (with the path so far) on a drop, a
-        loop or a wrong receiver."""
+        """Send an IPv4 frame from host `src` to host `dst`'s MAC and IP (a UDP datagram from source port
+        `udp_src` when given; with `forge`, claiming that host's source MAC and IP); returns the ports
+        visited.  Raises NotDelivered (with the path so far) on a drop, a loop or a wrong receiver."""
         dst_address = self.addresses.of_host(dst)
         src_address = self.addresses.of_host(src)
-        packet = {"eth_dst": dst_address.mac, "eth_type": ETH_TYPE_IPV4, "ip_dscp": dscp, "ip_proto": 1}
+        claimed = self.addresses.of_host(forge) if forge is not None else src_address
+        packet = {"eth_dst": dst_address.mac, "eth_type": ETH_TYPE_IPV4, "ip_dscp": dscp, "ip_proto": 1,
+                  "eth_src": claimed.mac, "ipv4_src": claimed.ipv4, "ipv4_dst": dst_address.ipv4}  # fmt: skip
+        if eth_type != ETH_TYPE_IPV4:  # e.g. RoCE v1 (0x8915): no IP header
+            packet = {"eth_dst": dst_address.mac, "eth_src": claimed.mac, "eth_type": eth_type}
         if udp_src is not None:
             packet.update(ip_proto=17, udp_src=udp_src)
         at = self.fabric.peer(src, src_address.port)
@@ -306,6 +321,7 @@ class FakeFabric:
             switch = self.switches[at.node]
             if at.port in switch.ports_down:
                 raise NotDelivered(f"{src}->{dst}: arrived on dead port {at} via {' '.join(path)}")
+            packet["in_port"] = at.port
             out = switch.out_port(packet, flow_hash)
             if out is None or out == "controller":
                 raise NotDelivered(f"{src}->{dst}: dropped ({out}) at {at.node} via {' '.join(path)}")
@@ -328,6 +344,16 @@ class FakeFabric:
                     self.trace(src, dst, h, sport)
                     count += 1
         return count
+
+    def delivers(self, src: str, dst: str, **kwargs: Any) -> bool:
+        """Whether `trace` gets the packet there (False on a drop; a loop or a wrong receiver still raise)."""
+        try:
+            self.trace(src, dst, **kwargs)
+        except NotDelivered as exc:
+            if "dropped" in str(exc):
+                return False
+            raise
+        return True
 
     def all_pairs(self, hosts: Iterable[str] | None = None) -> list[tuple[str, str]]:
         names = list(hosts) if hosts is not None else [h.name for h in self.fabric.hosts]

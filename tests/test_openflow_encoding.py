@@ -50,6 +50,24 @@ FLOWS = [
     FlowIntent(1, 10, match(metadata=(1 << 64) - 1), (("output", 4),), COOKIE_MAGIC | 2),
     FlowIntent(0, 110, match(eth_dst=0x02FAB1000003, eth_type=0x0800, ip_dscp=26), (("group", 5),), 9),
     FlowIntent(2, 1, match(udp_src=0xFFFF, eth_type=0x0800, ip_proto=17), (("output", 1), ("goto", 3)), 1),
+    # partition enforcement: allow (ingress port + assigned source and destination addresses), deny, guard
+    FlowIntent(
+        0,
+        130,
+        match(
+            in_port=3,
+            eth_src=0x02FAB1000001,
+            eth_dst=0x02FAB1000002,
+            eth_type=0x0800,
+            ipv4_src=0x0A000001,
+            ipv4_dst=0x0A00BFFF,
+            ip_dscp=26,
+        ),
+        (("group", 5),),
+        COOKIE_MAGIC | 3,
+    ),
+    FlowIntent(0, 120, match(in_port=3, eth_dst=0x02FAB1000002), (), COOKIE_MAGIC | 3),
+    FlowIntent(0, 115, match(in_port=4), (), COOKIE_MAGIC | 3),
 ]
 
 
@@ -61,6 +79,8 @@ def _slow(dp: FakeDatapath, flow: FlowIntent, delete: bool) -> bytes:
         if n.endswith("_mask"):
             continue
         value = mac_str(v) if n.startswith("eth_") and n != "eth_type" else v
+        if n.startswith("ipv4_"):
+            value = ".".join(str((v >> s) & 0xFF) for s in (24, 16, 8, 0))
         fields[n] = (value, given[n + "_mask"]) if n + "_mask" in given else value
     if delete:
         msg = parser.OFPFlowMod(
@@ -83,7 +103,7 @@ def _slow(dp: FakeDatapath, flow: FlowIntent, delete: bool) -> bytes:
         instructions += [parser.OFPInstructionGotoTable(a) for k, a in flow.actions if k == "goto"]
         msg = parser.OFPFlowMod(
             dp, cookie=flow.cookie, table_id=flow.table, command=ofp.OFPFC_ADD, priority=flow.priority,
-            buffer_id=ofp.OFP_NO_BUFFER, flags=ofp.OFPFF_SEND_FLOW_REM, match=parser.OFPMatch(**fields),
+            buffer_id=ofp.OFP_NO_BUFFER, flags=openflow.ADD_FLAGS, match=parser.OFPMatch(**fields),
             instructions=instructions,
         )  # fmt: skip
     dp.set_xid(msg)

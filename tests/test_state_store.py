@@ -161,7 +161,7 @@ def damaged_states() -> dict[str, tuple[bytes, str]]:
         "exhausted": (with_generation(str(MAX_GENERATION)), "start on a fresh state directory"),
         "negative": (with_generation("-1"), "generation: must be 0.."),
         "duplicate": (b'{"format": 1, "format": 1}', "'format': field appears twice"),
-        "huge": (b" " * 70_000 + b"{}", "too large: 70,002 bytes (at most 65,536)"),
+        "huge": (b" " * 1_100_000 + b"{}", "too large: 1,100,002 bytes (at most 1,048,576)"),
     }
 
 

@@ -21,7 +21,7 @@ from scapy.contrib.roce import BTH
 
 from traffic.entropy import flow_sport, spray_sport
 from traffic.fastpath import FrameTemplate, Receiver, raw_socket, send_stream
-from traffic.roce import Endpoints, frame, op
+from traffic.roce import DEFAULT_PKEY, Endpoints, frame, op
 
 
 def build_template(args: argparse.Namespace) -> FrameTemplate:
@@ -41,7 +41,7 @@ def send_many(args: argparse.Namespace) -> dict[str, Any]:
     for s in streams:
         # the QP's own source port, as Linux derives it from the QP numbers (both ends use the same here)
         ep = Endpoints(args.src_mac, s["dst_mac"], args.src_ip, s["dst_ip"], dqpn=s["qp"],
-                       sport=flow_sport(s["qp"], s["qp"]))  # fmt: skip
+                       sport=flow_sport(s["qp"], s["qp"]), pkey=int(s.get("pkey", DEFAULT_PKEY)))  # fmt: skip
         bth = BTH(opcode=op("RC", "RDMA_WRITE_MIDDLE"), pkey=ep.pkey, dqpn=ep.dqpn, psn=0)
         templates.append(
             (FrameTemplate.from_packet(frame(ep, bth, payload=bytes(args.size))), int(s["packets"]))

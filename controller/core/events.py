@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
+from controller.sm.partitions import Partitions
 from controller.sm.policies import PolicyChoice
 from controller.state import SavedState
 
@@ -133,6 +134,16 @@ class PolicyRequested:
 
 
 @dataclass(frozen=True)
+class PartitionsRequested:
+    """The operator replaces the partitions (validated whole by the caller against the fabric); `change`
+    says what changed, for the event log."""
+
+    request: int
+    partitions: Partitions
+    change: str
+
+
+@dataclass(frozen=True)
 class CountersSampled:
     """Counters of the connected switches, read together at `at`: (dpid, port) -> bytes sent, and the byte
     counters of slot-table flows, (dpid, flow key) -> bytes matched (per-slot load).  The service feeds one
@@ -174,6 +185,7 @@ Event = (
     | Tick
     | RoutingRequested
     | PolicyRequested
+    | PartitionsRequested
     | CountersSampled
     | RolloutDone
     | Saved
@@ -242,6 +254,7 @@ __all__ = [
     "LinksSeen",
     "Log",
     "LogLevel",
+    "PartitionsRequested",
     "PolicyRequested",
     "PortChange",
     "PortsChanged",

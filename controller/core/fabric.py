@@ -40,6 +40,7 @@ from controller.core.events import (
     LinksSeen,
     Log,
     LogLevel,
+    PartitionsRequested,
     PolicyRequested,
     PortsChanged,
     ProbeLinks,
@@ -77,6 +78,7 @@ from controller.sm.intents import (
     rollout,
 )
 from controller.sm.manager import Computation, SubnetContext
+from controller.sm.partitions_conf import resolve, rule_from_dict
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, default_policies
 from controller.sm.validation import DISCOVERY_GRACE_S
 from controller.state import SavedState
@@ -133,9 +135,11 @@ class _Builder:
 def saved_state(config: Config, reserved: int) -> SavedState:
     options, params = config.options, config.policy_params
     classes = {str(dscp): name for dscp, name in options.classes} or None
+    parts = config.partitions
+    saved_parts = parts.as_dict()["partitions"] if parts is not None and parts.configured else None
     return SavedState(
         config.engine, options.fast_failover, options.multipath, reserved, options.policy,
-        params.interval_ms, params.threshold, params.hysteresis, classes,
+        params.interval_ms, params.threshold, params.hysteresis, classes, saved_parts,
     )  # fmt: skip
 
 
@@ -184,6 +188,7 @@ class FabricCore:
             Tick: self._tick,
             RoutingRequested: self._routing_requested,
             PolicyRequested: self._policy_requested,
+            PartitionsRequested: self._partitions_requested,
             CountersSampled: self._counters,
             Saved: self._saved,
             RolloutDone: self._rollout_done,
@@ -195,6 +200,9 @@ class FabricCore:
         generation = 0
         if saved is not None:
             base = config_of(saved)
+            if saved.partitions is not None:  # resolved again: the topology is the one running now
+                rules = [rule_from_dict(p, 0) for p in saved.partitions]
+                base = replace(base, partitions=resolve(rules, self.context.declared, add_default=False))
             generation = saved.generation
         chosen = config or base
         self.context.registry.create(chosen.engine)  # an unknown engine fails before anything runs
@@ -216,8 +224,9 @@ class FabricCore:
             raise GenerationExhausted("cookie generations exhausted (2^48)")
         previous = step.state.current
         return self.context.compute(
-            config.engine, config.options, step.state.ports_down, generation, previous
-        )
+            config.engine, config.options, step.state.ports_down, generation, previous,
+            partitions=config.partitions,
+        )  # fmt: skip
 
     def _reserve(self, step: _Builder, generation: int, config: Config) -> None:
         """Before cookies carry `generation`, make sure the disk says it is used (see GENERATION_BLOCK)."""
@@ -559,7 +568,8 @@ class FabricCore:
 
     def _routing_requested(self, step: _Builder, event: RoutingRequested) -> None:
         state = step.state
-        config = Config(event.engine or state.config.engine, event.options or state.config.options)
+        config = Config(event.engine or state.config.engine, event.options or state.config.options,
+                        partitions=state.config.partitions)  # fmt: skip
         try:
             computation = self._compute(step, config)
         except (UnknownEngine, InputError, GenerationExhausted) as exc:
@@ -593,6 +603,8 @@ class FabricCore:
         details: dict[str, Any] = {"engine": pending.config.engine}
         if pending.kind is RecordKind.POLICY_CHANGE:
             details = {"policy": pending.config.options.policy, "reason": "operator request"}
+        elif pending.kind is RecordKind.PARTITION_CHANGE:
+            details = {"reason": pending.reason}
         self._rollout(step, pending.kind, pending.detected_at, request=pending.request, **details)
 
     def _policy_requested(self, step: _Builder, event: PolicyRequested) -> None:
@@ -616,6 +628,21 @@ class FabricCore:
         step.update(pending_change=PendingChange(computation, config, event.request, step.now,
                                                  RecordKind.POLICY_CHANGE))  # fmt: skip
         step.update(load=replace(state.load, moved_at={}))
+        step.emit(Save(saved_state(config, reserved)))
+
+    def _partitions_requested(self, step: _Builder, event: PartitionsRequested) -> None:
+        """A partition change: computed (the partition layer of every edge switch), persisted, then rolled
+        out make-before-break — flows of pairs whose permission did not change are not touched."""
+        state = step.state
+        config = replace(state.config, partitions=event.partitions)
+        try:
+            computation = self._compute(step, config)
+        except (InputError, GenerationExhausted) as exc:
+            step.emit(Reply(event.request, error=exc))
+            return
+        reserved = max(state.reserved, min(computation.generation + GENERATION_BLOCK, MAX_GENERATION))
+        step.update(pending_change=PendingChange(computation, config, event.request, step.now,
+                                                 RecordKind.PARTITION_CHANGE, event.change))  # fmt: skip
         step.emit(Save(saved_state(config, reserved)))
 
     # --- adaptive routing ----------------------------------------------------------------------------------
@@ -650,9 +677,10 @@ def changed_destinations(previous: Computation | None, current: Computation) -> 
 
 def dry_run(context: SubnetContext, state: FabricState, engine: str | None, options: Any) -> dict[str, Any]:
     """What a routing change would do, computed from a published state without changing anything."""
-    config = Config(engine or state.config.engine, options or state.config.options)
+    config = Config(engine or state.config.engine, options or state.config.options,
+                    partitions=state.config.partitions)  # fmt: skip
     computation = context.compute(config.engine, config.options, state.ports_down, state.generation + 1,
-                                  state.current)  # fmt: skip
+                                  state.current, partitions=state.config.partitions)  # fmt: skip
     installed: dict[str, SwitchProgram | None] = {
         n: p for n, p in state.installed.items() if n in state.connected
     }

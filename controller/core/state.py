@@ -15,6 +15,7 @@ from typing import Any
 
 from controller.sm.intents import FlowKey, ForwardingOptions, SwitchDelta, SwitchProgram
 from controller.sm.manager import Computation
+from controller.sm.partitions import Partitions
 from controller.sm.policies import PolicyChoice, PolicyParams
 from controller.sm.validation import Discovery
 from topologies.model import PortRef
@@ -40,6 +41,8 @@ class RecordKind(StrEnum):
     #: A switch lost entries it should hold (flow-removed) or differed at an audit: read back and repaired.
     ENTRIES_LOST = "entries_lost"
     RECONCILE = "reconcile"
+    #: The operator created, changed or deleted a partition (P_Key); `reason` says what.
+    PARTITION_CHANGE = "partition_change"
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,8 @@ class Config:
     options: ForwardingOptions = field(default_factory=ForwardingOptions)
     #: Parameters of the routing policy named in `options` (only ``adaptive`` acts on them).
     policy_params: PolicyParams = field(default_factory=PolicyParams)
+    #: Partitions to enforce (None: OpenSM's no-file default, everyone full in 0x7fff: nothing enforced).
+    partitions: Partitions | None = None
 
     @property
     def policy(self) -> PolicyChoice:
@@ -117,6 +122,8 @@ class PendingChange:
     request: int | None
     detected_at: float
     kind: RecordKind = RecordKind.ROUTING_CHANGE
+    #: What the operator changed, for the event's `reason` (partition changes).
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from controller.rest.common import (
     parse_body,
     require_token_dependency,
 )
+from controller.rest.pkeys import mount_pkeys
 from controller.service import Busy, FabricService, Published
 from controller.sm.engines import UnknownEngine
 from controller.sm.intents import ForwardingOptions
@@ -292,6 +293,7 @@ def create_app(
         records = [r for r in snap().state.records if r.id > since][-limit:]
         return [models.EventView(**r.as_dict()) for r in records]
 
+    mount_pkeys(app, service, token)
     return app
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -30,9 +31,12 @@ from controller.sm.intents import (
     SwitchProgram,
     Weights,
     compile_programs,
+    cookie_of,
     switch_levels,
 )
+from controller.sm.isolation import Attachment, attachments, enforce
 from controller.sm.lids import LidMap, assign_lids
+from controller.sm.partitions import Partitions
 from controller.sm.policies import SLOTS, Assignment, PolicyError, even_assignment, slot_shift
 from controller.sm.subnet import Subnet
 from controller.sm.tables import Hop, RouteError, RoutingTables
@@ -75,6 +79,8 @@ class Computation:
     weights: Mapping[str, Mapping[tuple[int, ...], Assignment]] = field(default_factory=dict)
     #: Per switch and set: its slot flows' keys in slot order (their counters are per-slot load).
     slot_keys: Mapping[str, Mapping[tuple[int, ...], tuple[FlowKey, ...]]] = field(default_factory=dict)
+    #: The partitions enforced at the edge switches of this generation (None: OpenSM's no-file default).
+    partitions: Partitions | None = None
 
     @property
     def slot_sets(self) -> int:
@@ -137,6 +143,11 @@ class SubnetContext:
             switch_of_dpid={d: n for n, d in dpids.items()},
         )
 
+    @cached_property
+    def attached(self) -> tuple[Attachment, ...]:
+        """Each host port and the edge switch port it is cabled to (where partitions are enforced)."""
+        return attachments(self.declared, self.addresses)
+
     def switch_name(self, dpid: int) -> str:
         try:
             return self.switch_of_dpid[dpid]
@@ -175,6 +186,7 @@ class SubnetContext:
         generation: int,
         previous: Computation | None = None,
         fallback: str | None = None,
+        partitions: Partitions | None = None,
     ) -> Computation:
         """Route the live fabric as generation `generation`: raises `UnknownEngine` before doing anything.
         With `previous` (same engine and options), switches whose rows are unchanged keep their programs.
@@ -218,6 +230,7 @@ class SubnetContext:
             tables, self.addresses, self.dpids, options, generation, reuse, weights,
             previous.weights if reuse and previous is not None else None, keys,
         )  # fmt: skip
+        programs = enforce(programs, partitions, self.attached, cookie_of(generation))
         return Computation(
             generation=generation,
             engine=engine,
@@ -232,6 +245,7 @@ class SubnetContext:
             changed_lids=changed,
             weights=assignments,
             slot_keys=slot_keys,
+            partitions=partitions,
         )
 
     def reweight(self, computation: Computation, weights: Weights) -> Computation:
@@ -249,6 +263,7 @@ class SubnetContext:
             computation.weights,
             {k: dict(v) for k, v in computation.slot_keys.items()},
         )
+        programs = enforce(programs, computation.partitions, self.attached, cookie_of(computation.generation))
         return replace(computation, programs=programs, weights=assignments, slot_keys=slot_keys)
 
     def route(

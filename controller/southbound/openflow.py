@@ -16,10 +16,12 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controller.sm.addressing import mac_str, parse_mac
+from controller.sm.addressing import ipv4_str, mac_str, parse_mac
 from controller.sm.intents import Action, FlowIntent, GroupIntent, GroupKind, SwitchDelta, match
 
 _MAC_FIELDS = frozenset({"eth_dst", "eth_src", "arp_sha", "arp_tha"})
+#: IPv4 fields: plain integers in intents, dotted strings in os-ken (partition enforcement matches them).
+_IPV4_FIELDS = frozenset({"ipv4_src", "ipv4_dst"})
 _MASK = "_mask"
 _ALL_ONES_64 = (1 << 64) - 1
 _GROUP_TYPES = {GroupKind.FAST_FAILOVER: ofp.OFPGT_FF, GroupKind.SELECT: ofp.OFPGT_SELECT}
@@ -35,6 +37,8 @@ def _of_match(fields: Iterable[tuple[str, int]]) -> Any:
         if name.endswith(_MASK):
             continue
         shown: Any = mac_str(value) if name in _MAC_FIELDS else value
+        if name in _IPV4_FIELDS:
+            shown = ipv4_str(value)
         mask = given.get(name + _MASK)
         kwargs[name] = shown if mask is None else (shown, mask)
     return parser.OFPMatch(**kwargs)
@@ -90,6 +94,8 @@ _OXM = {
     "eth_type": (5, 2),
     "ip_dscp": (8, 1),
     "ip_proto": (10, 1),
+    "ipv4_src": (11, 4),
+    "ipv4_dst": (12, 4),
     "udp_src": (15, 2),
 }
 #: Flags of every flow we add: tell us when it goes (see `flow_add`).
@@ -308,12 +314,14 @@ def _intent_match(of_match: Any) -> dict[str, int]:
     fields: dict[str, int] = {}
     for name, value in of_match.items():
         if isinstance(value, tuple):  # masked
-            if name in _OXM and name not in _MAC_FIELDS:
+            if name in _OXM and name not in _MAC_FIELDS | _IPV4_FIELDS:
                 fields[name], fields[name + _MASK] = int(value[0]), int(value[1])
             else:  # not something we write; keep it distinct from ours
                 fields[name] = hash(value) & 0x7FFFFFFF
         elif name in _MAC_FIELDS:
             fields[name] = parse_mac(value)
+        elif name in _IPV4_FIELDS:
+            fields[name] = int.from_bytes(bytes(int(b) for b in str(value).split(".")), "big")
         else:
             fields[name] = int(value)
     return fields

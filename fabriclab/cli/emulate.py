@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from controller.partitions_file import load_partitions
 from controller.rest.client import WaitTimeout
 from controller.rest.common import TOKEN_ENV, ListenError, token_from_env
 from controller.sm.intents import ForwardingOptions
@@ -57,6 +58,12 @@ def register(commands: Any) -> None:
         "--mtu", type=integer(576, 9216), default=1500, help="interface MTU, 576..9216 (default 1500)"
     )
     up.add_argument("--emu-api", default="127.0.0.1:8081", help="the emulator's fault-injection REST API")
+    up.add_argument(
+        "--partitions",
+        type=Path,
+        metavar="FILE",
+        help="partitions the controller this starts enforces (OpenSM partitions.conf or YAML)",
+    )
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: wait for Ctrl-C or SIGTERM")
     up.add_argument(
         "--name-prefix",
@@ -342,6 +349,12 @@ def emulate_up(args: argparse.Namespace) -> int:
             scale.check(fabric)  # the same check a scenario gets, before anything is started
     except ValueError as exc:
         raise CliError(f"--scale: {exc}") from None
+    partition_args: tuple[str, ...] = ()
+    if args.partitions is not None:
+        if args.controller is not None:
+            raise CliError("--partitions: only for the controller this starts (give it to that controller)")
+        load_partitions(args.partitions, fabric)  # a bad file fails (exit 2) before anything is built
+        partition_args = ("--partitions", str(args.partitions.resolve()))
     if args.controller is None:
         SubnetManager(fabric).registry.create(args.engine)  # an unknown engine fails before building
         choice = choose(PolicyChoice(), overrides)
@@ -368,7 +381,7 @@ def emulate_up(args: argparse.Namespace) -> int:
         ready_timeout_s=args.ready_timeout,
         token=token,
         name_prefix=args.name_prefix,
-        policy_args=tuple(policy_argv(args)),
+        policy_args=(*policy_argv(args), *partition_args),
     )
     daemon = _prerequisites()
     stop_on_signals()

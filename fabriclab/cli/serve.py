@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from controller.partitions_file import load_partitions
 from controller.sm.engines import UnknownEngine, default_registry
 from controller.sm.intents import ForwardingOptions
 from controller.state import StateError, StateStore
@@ -33,6 +34,10 @@ LOG = logging.getLogger("fabriclab")
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
 
 
+#: Names the controller's --partitions file when the option is not given (docker compose's .env).
+PARTITIONS_ENV = "FABRICLAB_PARTITIONS"
+
+
 def register(commands: Any) -> None:
     p = commands.add_parser("controller", help="run the controller (OpenFlow + REST)")
     p.add_argument("--topology", required=True, type=Path, help="declared fabric (YAML or ibnetdiscover)")
@@ -47,6 +52,14 @@ def register(commands: Any) -> None:
     p.add_argument("--no-fast-failover", action="store_true", help="plain outputs instead of failover groups")
     p.add_argument("--multipath", action="store_true", help="legacy: the same as --policy ecmp")
     add_policy_options(p)
+    p.add_argument(
+        "--partitions",
+        type=Path,
+        default=Path(os.environ[PARTITIONS_ENV]) if os.environ.get(PARTITIONS_ENV) else None,
+        metavar="FILE",
+        help=f"partitions to enforce (OpenSM partitions.conf or YAML; default: ${PARTITIONS_ENV} if set, "
+        "else the saved ones, else everyone full in Default=0x7fff)",
+    )
     p.add_argument(
         "--lldp-interval",
         type=real(0.1, 3600, " seconds"),
@@ -84,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"--capacity-scale: {exc}") from None
     fabric = load_fabric(args.topology)
+    partitions = load_partitions(args.partitions, fabric) if args.partitions is not None else None
 
     # Imported here: the routing-only commands must not pay for os-ken, FastAPI and uvicorn.
     from controller.core.fabric import GenerationExhausted  # noqa: PLC0415
@@ -117,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
         options = saved.options
         if args.no_fast_failover or args.multipath:
             options = ForwardingOptions(not args.no_fast_failover, args.multipath, classes=options.classes)
-        return apply_policy_overrides(Config(engine, options, saved.policy_params), overrides)
+        chosen_partitions = partitions if partitions is not None else saved.partitions
+        config = Config(engine, options, saved.policy_params, chosen_partitions)
+        return apply_policy_overrides(config, overrides)
 
     try:
         if store is not None:
