@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.qosfile import load_policy
 from controller.rest.client import ControllerClient
 from controller.rest.common import BackgroundServer, page_origins, serve_in_thread
 from controller.sm.manager import SubnetManager
@@ -50,6 +51,8 @@ class UpOptions:
     name_prefix: str = ""
     #: Routing-policy options for the controller this starts (`--policy adaptive --threshold 0.7 ...`).
     policy_args: tuple[str, ...] = ()
+    #: QoS policy file: given to the controller this starts, realised on every switch port (`emulation.qos`).
+    qos: Path | None = None
 
 
 def apply_fault(net: MininetFabric, action: str, target: str) -> str:
@@ -113,8 +116,9 @@ def serve_faults(
 
     registry, _ = emulator_registry(switch_ports(net), headroom)
     origins = page_origins(*controller_api) if controller_api is not None else []
+    counters = net.qos_counters if net.qos is not None else None
     app = create_app(lambda action, target: apply_fault(net, action, target), summary, token, address,
-                     registry, origins)  # fmt: skip
+                     registry, origins, qos_counters=counters)  # fmt: skip
     return serve_in_thread(app, address, "emulator-api", "--emu-api")
 
 
@@ -139,6 +143,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
             ctl = ControllerProcess(options.topology.resolve(), Path(".fabriclab-state"),
                                     Path("controller.log"), "--engine", options.engine, *scaled,
                                     *options.policy_args,
+                                    *(["--qos", str(options.qos.resolve())] if options.qos else []),
                                     host=api_host, of_port=of_port, api_port=api_port)  # fmt: skip
             ctl.start()
             target = ctl.openflow
@@ -146,8 +151,9 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                 f"controller: REST http://{api_host}:{api_port}/api/v1, "
                 f"live view http://{api_host}:{api_port}/ (log: controller.log)"
             )
+        qos = load_policy(options.qos, fabric) if options.qos is not None else None
         net = MininetFabric(fabric, addresses, controller=target, scale=options.scale, mtu=options.mtu,
-                            name_prefix=options.name_prefix)  # fmt: skip
+                            name_prefix=options.name_prefix, qos=qos)  # fmt: skip
         try:
             with deferred():
                 net.start()

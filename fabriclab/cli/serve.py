@@ -14,9 +14,11 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from controller.qosfile import load_policy
 from controller.sm.engines import UnknownEngine, default_registry
 from controller.sm.intents import ForwardingOptions
 from controller.state import StateError, StateStore
@@ -67,6 +69,9 @@ def register(commands: Any) -> None:
         help="links run scaled, as in an emulated fabric (e.g. 400G=200M): utilisation (metrics, live view, "
         "adaptive routing) is measured against the scaled speed",
     )
+    p.add_argument(
+        "--qos", type=Path, metavar="FILE", help="QoS policy (YAML, docs/qos.md; default: saved, else none)"
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run)
 
@@ -84,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"--capacity-scale: {exc}") from None
     fabric = load_fabric(args.topology)
+    qos_policy = load_policy(args.qos, fabric) if args.qos is not None else None  # exit 2 before anything
 
     # Imported here: the routing-only commands must not pay for os-ken, FastAPI and uvicorn.
     from controller.core.fabric import GenerationExhausted  # noqa: PLC0415
@@ -140,9 +146,14 @@ def run(args: argparse.Namespace) -> int:
         if problem is not None:
             raise option_error(problem)
     check_bindable(listeners)
+    from controller.qosstate import QosStore  # noqa: PLC0415
+
+    qos = QosStore(fabric, args.state_dir)
+    if qos_policy is not None and qos_policy != qos.snapshot().policy:
+        qos.replace(qos_policy, f"file {args.qos}", time.time())
     extra_hosts = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
     observability = Observability.for_service(service.snapshot, scale, token_required=token is not None)
-    app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts), observability)
+    app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts), observability, qos)
     observer = observability.observer()
 
     stop = threading.Event()
