@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
+import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from controller.sm.qos import (
@@ -234,7 +235,10 @@ def _path(field: str) -> list[PathItem]:
 
 def parse_policy(text: str, source: str, fabric: Fabric | None = None) -> QosPolicy:
     """A policy from YAML text (JSON is YAML too), validated whole, or one located `QosFileError`."""
-    document = load_document(text, source)
+    try:
+        document = load_document(text, source)
+    except InputError as exc:
+        raise QosFileError(exc.message, file=exc.file, line=exc.line, field=exc.field) from None
     return policy_from_document(document, fabric)
 
 
@@ -256,8 +260,16 @@ def policy_from_document(document: Document, fabric: Fabric | None = None) -> Qo
 
 
 def policy_from_data(data: Any, source: str = "body", fabric: Fabric | None = None) -> QosPolicy:
-    """A policy from already-parsed data (a REST body): the same layers, fields named without lines."""
-    return policy_from_document(Document(data=data, root=None, file=source), fabric)
+    """A policy from already-parsed data (a REST body): the same layers, fields named without lines (the data
+    goes through YAML once so that every layer sees the same node tree as for a file)."""
+    try:
+        text = yaml.safe_dump(data, sort_keys=False)
+    except yaml.YAMLError as exc:
+        raise QosFileError(f"cannot be read as a policy: {exc}", file=source) from None
+    try:
+        return parse_policy(text, source, fabric)
+    except QosFileError as exc:
+        raise QosFileError(exc.message, file=source, field=exc.field) from None
 
 
 def load_policy(path: str | Path, fabric: Fabric | None = None) -> QosPolicy:

@@ -96,7 +96,7 @@ class QosStore:
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         body = {"generation": snap.generation, "source": snap.source, "policy": to_data(snap.policy)}
         with tmp.open("w") as handle:
-            json.dump(body, handle, indent=1, sort_keys=True)
+            json.dump(body, handle, indent=1)  # key order is the policy's order
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, self.path)

@@ -62,10 +62,8 @@ def class_summary(
         e["sent"] += int(c["packets_expected"])
         e["received"] += int(c["packets_received"])
         seconds = float(c["seconds"]) or 0.0
-        if seconds > 0:  # the collective's bytes over its own duration (packets × MTU-sized payloads)
-            e["goodput_mbps"] += (
-                c["size_bytes"] * 8 / seconds / 1e6 * (c["packets_received"] / max(1, c["packets_expected"]))
-            )
+        if seconds > 0:  # what arrived (MTU-sized payloads) over the collective's own duration
+            e["goodput_mbps"] += int(c["packets_received"]) * int(c.get("mtu", 1024)) * 8 / seconds / 1e6
     total = sum(e["goodput_mbps"] for e in classes.values()) or 1.0
     result = []
     for e in sorted(classes.values(), key=lambda e: (e["sl"], e["class"])):

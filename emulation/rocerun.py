@@ -161,6 +161,7 @@ def finish(run: RoceRun) -> list[dict[str, Any]]:
                 "qp_fct_s": sorted(fcts),
                 "sprayed": any(src in run.spraying for src, _ in c.pairs),
                 "dscp": c.item.dscp,
+                "mtu": c.item.mtu,
             }
         )
     return results

@@ -73,7 +73,8 @@ def test_two_classes_share_a_bottleneck_by_weight(bench: dict[str, Any]) -> None
     )
     flows, headroom = result["flows"], result["headroom"]
     ratio = flows["training"]["rate_pps"] / max(flows["kvcache"]["rate_pps"], 1e-9)
-    print(f"\nweighted 192:64 at a {link:.0f} pps link: {flows} ratio {ratio:.2f}; {headroom['why']}")
+    print(f"\nweighted 192:64, {link:.0f} pps link: {flows} ratio {ratio:.2f}; {headroom['why']}")
+    print(headroom["emulator_drops_by_cause"])
     assert 3 * 0.85 <= ratio <= 3 * 1.15, (ratio, flows)
     total = flows["training"]["rate_pps"] + flows["kvcache"]["rate_pps"]
     assert total <= link * 1.05, (total, link)  # never more than the link

@@ -322,6 +322,8 @@ def emulate_up(args: argparse.Namespace) -> int:
         problem = SubnetManager(fabric, args.engine, forwarding).compute().policy_problem()
         if problem is not None:
             raise option_error(problem)
+    if args.qos is None and os.environ.get("FABRICLAB_QOS"):
+        args.qos = Path(os.environ["FABRICLAB_QOS"])  # docker compose passes it through when set
     if args.qos is not None:
         if scale is None:
             raise CliError("--qos: needs --scale (the queues share shaped links)")

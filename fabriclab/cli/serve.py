@@ -33,6 +33,8 @@ from topologies.scale import Scale
 
 LOG = logging.getLogger("fabriclab")
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
+#: The QoS policy file when --qos is not given (docker compose passes it through when set).
+QOS_ENV = "FABRICLAB_QOS"
 
 
 def register(commands: Any) -> None:
@@ -70,7 +72,10 @@ def register(commands: Any) -> None:
         "adaptive routing) is measured against the scaled speed",
     )
     p.add_argument(
-        "--qos", type=Path, metavar="FILE", help="QoS policy (YAML, docs/qos.md; default: saved, else none)"
+        "--qos",
+        type=Path,
+        metavar="FILE",
+        help="QoS policy (YAML, docs/qos.md; default: $FABRICLAB_QOS, else saved, else none)",
     )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run)
@@ -89,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"--capacity-scale: {exc}") from None
     fabric = load_fabric(args.topology)
+    if args.qos is None and os.environ.get(QOS_ENV):
+        args.qos = Path(os.environ[QOS_ENV])
     qos_policy = load_policy(args.qos, fabric) if args.qos is not None else None  # exit 2 before anything
 
     # Imported here: the routing-only commands must not pay for os-ken, FastAPI and uvicorn.
