@@ -31,7 +31,7 @@ TRAIN, KV, BULK, CONTROL = 4, 8, 12, 28
 def link_pps_for(capacity: dict[str, Any]) -> float:
     """A link rate (probe packets/s) the machine forwards with room: two senders fill a bottleneck twice
     over, each packet crosses up to five switches; at most LOAD_SHARE of the calibrated total."""
-    return max(60.0, min(200.0, LOAD_SHARE * float(capacity["total_pps"]) / 10))
+    return max(60.0, min(150.0, LOAD_SHARE * float(capacity["total_pps"]) / 10))
 
 
 @pytest.fixture(scope="module", name="bench")
@@ -74,7 +74,7 @@ def test_two_classes_share_a_bottleneck_by_weight(bench: dict[str, Any]) -> None
     flows, headroom = result["flows"], result["headroom"]
     ratio = flows["training"]["rate_pps"] / max(flows["kvcache"]["rate_pps"], 1e-9)
     print(f"\nweighted 192:64, {link:.0f} pps link: {flows} ratio {ratio:.2f}; {headroom['why']}")
-    print(headroom["emulator_drops_by_cause"])
+    print(headroom["emulator_drops_by_cause"], result["interface_drops"])
     assert 3 * 0.85 <= ratio <= 3 * 1.15, (ratio, flows)
     total = flows["training"]["rate_pps"] + flows["kvcache"]["rate_pps"]
     assert total <= link * 1.05, (total, link)  # never more than the link
@@ -118,4 +118,4 @@ def test_the_policy_names_what_it_enforces(bench: dict[str, Any]) -> None:
     port = counters["leaf2:1"]
     assert set(port) >= {"q0", "q1", "q2", "q3/sl3", "q7"}, port
     assert port["q1"]["packets"] > 0 and port["q2"]["packets"] > 0 and port["q3/sl3"]["packets"] > 0
-    assert port["q1"]["drops"] > 0  # the weighted run overfilled it
+    assert port["q1"]["drops"] + port["q2"]["drops"] > 0  # the weighted run overfilled them

@@ -31,6 +31,7 @@ from emulation.qosreport import class_summary
 from fabriclab.cli import main
 from tests.conftest import ROOT
 from tests.fakes import FakeFabric, FakeSouthbound
+from topologies.errors import InputError
 from topologies.loader import load_topology
 
 K4 = ROOT / "topologies" / "fat-tree-k4.yaml"
@@ -292,3 +293,42 @@ def test_rest_rejects_bad_policy_whole_with_422(rig: Rig, mutate: Any, field: st
         ).status_code
         == 400
     )
+
+
+# --- scenarios --------------------------------------------------------------------------------------------
+
+
+def test_tenants_scenario_loads_its_policy_and_marks_flows() -> None:
+    from emulation.scenario import load_scenario
+
+    scenario = load_scenario(ROOT / "scenarios" / "tenants-k4.yaml")
+    assert scenario.qos is not None and scenario.qos.level("training").sl == 1
+    assert {f.dscp for f in scenario.flows()} == {8}
+    assert scenario.spec.traffic[0].dscp == 4  # the all-reduce's RoCE packets
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (
+            lambda t: t.replace("qos: qos-tenants.yaml", "qos: ../tests/data/qos-bad-weights.yaml"),
+            "vlarb.low",
+        ),
+        (lambda t: t.replace("scale: 400G=1M\n", ""), "QoS needs `scale:`"),
+        (lambda t: t.replace("dscp: 8}", "dscp: 64}", 1), "traffic[1].dscp"),
+    ],
+)
+def test_scenario_with_bad_qos_is_refused(tmp_path: Path, edit: Any, words: str) -> None:
+    from emulation.scenario import load_scenario
+
+    text = edit((ROOT / "scenarios" / "tenants-k4.yaml").read_text())
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    (folder / "qos-tenants.yaml").write_text(TENANTS.read_text())
+    (tmp_path / "topologies").symlink_to(ROOT / "topologies")
+    (tmp_path / "tests").symlink_to(ROOT / "tests")
+    path = folder / "tenants.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        load_scenario(path)
+    assert words in str(info.value) and "tenants.yaml:" in str(info.value)
