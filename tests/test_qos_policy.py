@@ -332,3 +332,16 @@ def test_scenario_with_bad_qos_is_refused(tmp_path: Path, edit: Any, words: str)
     with pytest.raises(InputError) as info:
         load_scenario(path)
     assert words in str(info.value) and "tenants.yaml:" in str(info.value)
+
+
+def test_emulator_api_serves_per_port_per_queue_counters() -> None:
+    from emulation.api import create_app as emulator_app
+
+    counters = {
+        "leaf2:1": {"q1": {"bytes": 10, "packets": 1, "drops": 0, "overlimits": 0, "backlog_packets": 0}}
+    }
+    app = emulator_app(lambda a, t: "", {}, qos_counters=lambda: counters)
+    base = "http://127.0.0.1:8081"
+    assert TestClient(app, base_url=base).get("/api/v1/qos/counters").json() == counters
+    plain = TestClient(emulator_app(lambda a, t: "", {}), base_url=base)
+    assert plain.get("/api/v1/qos/counters").status_code == 404  # no QoS, no counters
