@@ -273,7 +273,12 @@ def policy_from_data(data: Any, source: str = "body", fabric: Fabric | None = No
 
 
 def load_policy(path: str | Path, fabric: Fabric | None = None) -> QosPolicy:
-    text = read_input_file(Path(path), QosFileError)
+    """A policy file: this module's YAML, or OpenSM's `qos-policy.conf` syntax (`controller.opensmqos`)."""
+    text = read_input_file(Path(path), QosFileError, MAX_QOS_BYTES)
+    from controller.opensmqos import looks_like_opensm, parse_opensm  # noqa: PLC0415 - it imports this module
+
+    if looks_like_opensm(text):
+        return parse_opensm(text, str(path), fabric)
     return parse_policy(text, str(path), fabric)
 
 

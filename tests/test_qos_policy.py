@@ -299,12 +299,13 @@ def test_rest_rejects_bad_policy_whole_with_422(rig: Rig, mutate: Any, field: st
 
 
 def test_tenants_scenario_loads_its_policy_and_marks_flows() -> None:
-    from emulation.scenario import load_scenario
+    from emulation.scenario import RoceCollective, load_scenario
 
     scenario = load_scenario(ROOT / "scenarios" / "tenants-k4.yaml")
     assert scenario.qos is not None and scenario.qos.level("training").sl == 1
     assert {f.dscp for f in scenario.flows()} == {8}
-    assert scenario.spec.traffic[0].dscp == 4  # the all-reduce's RoCE packets
+    collective = scenario.spec.traffic[0]
+    assert isinstance(collective, RoceCollective) and collective.dscp == 4  # the all-reduce's RoCE packets
 
 
 @pytest.mark.parametrize(
@@ -345,3 +346,35 @@ def test_emulator_api_serves_per_port_per_queue_counters() -> None:
     assert TestClient(app, base_url=base).get("/api/v1/qos/counters").json() == counters
     plain = TestClient(emulator_app(lambda a, t: "", {}), base_url=base)
     assert plain.get("/api/v1/qos/counters").status_code == 404  # no QoS, no counters
+
+
+# --- OpenSM's qos-policy.conf syntax ----------------------------------------------------------------------
+
+
+def test_opensm_syntax_reads_as_the_same_policy(k4: Any) -> None:
+    conf = load_policy(ROOT / "scenarios" / "qos-tenants.conf", k4)
+    assert conf == load_policy(TENANTS, k4)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "field", "words"),
+    [
+        ("rate-limit: 16", "rate-limit: 99", 46, "qos_levels.bulk.rate_limit_gbps", "unknown rate code 99"),
+        ("source: trainers", "source: nobody", 64, "match_rules[2].source", "unknown port group 'nobody'"),
+        ("vlarb-low: 0:32,1:192", "vlarb-low: 0:32,1:x", 18, "vlarb.low", "not VL:weight"),
+        ("        name: DEFAULT\n", "        name: NOTDEFAULT\n", 1, "qos_levels", "DEFAULT"),
+        ("    end-qos-level\nend-qos-levels", "end-qos-levels", 51, None, "unexpected"),
+        ("        sl: 2\n", "        sl: 2\n        colour: blue\n", 42, None, "unknown statement 'colour'"),
+    ],
+)
+def test_opensm_syntax_errors_name_line_and_field(
+    tmp_path: Path, k4: Any, old: str, new: str, line: int, field: str | None, words: str
+) -> None:
+    text = (ROOT / "scenarios" / "qos-tenants.conf").read_text()
+    assert old in text
+    path = tmp_path / "qos-policy.conf"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(QosFileError) as info:
+        load_policy(path, k4)
+    assert (info.value.line, info.value.field) == (line, field), str(info.value)
+    assert words in str(info.value)
