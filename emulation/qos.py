@@ -7,10 +7,11 @@ Why this design (measured on this machine's userspace-datapath OVS, see docs/qos
 * HTB classes with DSCP filters *directly* on a switch port's veth classify correctly, but when a class's
   queue is full its drop is returned to OVS's `sendmmsg()` and OVS throws away the rest of that send batch,
   packets of the *other* classes included: the losing class takes the winners down with it.
-* So the queues live on an **IFB device per switch port**: the veth's egress (`clsact`) redirects every
+* So the queues live on an **IFB device per switch port**: the veth's egress (`clsact`) redirects every IP
   packet to its IFB (`mirred egress redirect`), whose HTB tree shapes the link and arbitrates the classes,
   then hands packets back to the veth.  The redirect "steals" the packet, so OVS's send always succeeds and
-  a drop in a full class queue touches that class only.
+  a drop in a full class queue touches that class only.  Non-IP frames (ARP, the controller's LLDP) carry no
+  DSCP and go straight out of the veth.
 
 The tree on each IFB (`R` = the link's scaled rate)::
 
@@ -87,7 +88,7 @@ def tc_lines(
     tc = [
         f"qdisc del dev {dev} root",
         f"qdisc add dev {dev} clsact",
-        f"filter add dev {dev} egress protocol all prio 1 u32 match u32 0 0 "
+        f"filter add dev {dev} egress protocol ip prio 1 u32 match u32 0 0 "
         f"action mirred egress redirect dev {ifb}",
         f"qdisc add dev {ifb} root handle 1: htb default {_hex(leaf_of(plan, default_sl, default_sl))}",
         f"class add dev {ifb} parent 1: classid 1:1 htb rate {rate:.3f}mbit ceil {rate:.3f}mbit "

@@ -174,7 +174,7 @@ def test_tc_lines_give_each_class_its_leaf_and_filters(k4: Any) -> None:
     ip, tc = tc_lines(policy, PortShape("leaf2-eth1", 40.0, 0.1), 200, "64k")
     assert ip[0] == "link add leaf2-eth1q type ifb"
     text = "\n".join(tc)
-    assert "filter add dev leaf2-eth1 egress protocol all prio 1 u32 match u32 0 0 action mirred egress " \
+    assert "filter add dev leaf2-eth1 egress protocol ip prio 1 u32 match u32 0 0 action mirred egress " \
         "redirect dev leaf2-eth1q" in text  # fmt: skip
     rate = {m[1]: float(m[2]) for m in re.finditer(r"classid 1:(\w+) htb rate ([\d.]+)mbit", text)}
     assert rate["11"] == pytest.approx(3 * rate["12"])  # weights 192:64 of the weighted queues
