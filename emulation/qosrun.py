@@ -26,6 +26,9 @@ from topologies.loader import load_topology
 
 #: Probe payload: large packets, so a few thousand packets a second fill a scaled link.
 SIZE_BYTES = 1000
+#: How long receivers listen beyond the senders: the snapshot before the senders start (1-2 s under load)
+#: plus draining full class queues at their own rate, so queued packets are received, not counted as lost.
+DRAIN_S = 8.0
 #: Wire bits of one probe packet (payload + UDP/IP/Ethernet headers).
 WIRE_BITS = (SIZE_BYTES + 8 + 20 + 14) * 8
 
