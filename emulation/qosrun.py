@@ -117,7 +117,7 @@ class QosBench:
                 "emulation.probe",
                 "recv",
                 str(9000 + i),
-                str(duration_s + 3),
+                str(duration_s + DRAIN_S),
                 "0.1",
             ]
             proc = self.net.popen(flow.dst, argv, stdout=subprocess.PIPE, text=True)
