@@ -378,3 +378,32 @@ def test_opensm_syntax_errors_name_line_and_field(
         load_policy(path, k4)
     assert (info.value.line, info.value.field) == (line, field), str(info.value)
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["emulate", "up", str(K4), "--qos", str(TENANTS)], "--qos: needs --scale"),
+        (
+            [
+                "emulate",
+                "up",
+                str(K4),
+                "--scale",
+                "400G=1M",
+                "--qos",
+                str(ROOT / "tests/data/qos-bad-weights.yaml"),
+            ],
+            "qos-bad-weights.yaml:4: vlarb.low",
+        ),
+        (
+            ["controller", "--topology", str(K4), "--qos", str(ROOT / "tests/data/qos-bad-weights.yaml")],
+            "qos-bad-weights.yaml:4: vlarb.low",
+        ),
+    ],
+)
+def test_bad_qos_options_exit_2_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    assert main(argv) == 2
+    assert words in capsys.readouterr().err
