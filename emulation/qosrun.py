@@ -169,6 +169,7 @@ class QosBench:
                 "rate_pps": round(pps, 1),
                 "rate_mbps": round(pps * (flow.size_bytes + 42) * 8 / 1e6, 3),
                 "latency_ms": g["latency_ms"],
+                "arrivals_s": round((g["last"] or 0) - (g["first"] or 0), 3),
             }
         return result
 
