@@ -67,6 +67,7 @@ def create_app(
     address: tuple[str, int] = ("127.0.0.1", 8081),
     registry: CollectorRegistry | None = None,
     page_origins: Sequence[str] = (),
+    qos_counters: Callable[[], dict[str, dict[str, dict[str, int]]]] | None = None,
 ) -> FastAPI:
     """`apply(action, target)` performs a fault and describes it, or raises ValueError/KeyError.
     `registry`: the emulator's metrics, served at `/metrics` with this API's request latency;
@@ -83,6 +84,14 @@ def create_app(
     @app.get(f"{API}/emulation", response_model=EmulationSummary)
     def emulation() -> EmulationSummary:
         return EmulationSummary.model_validate(summary)
+
+    if qos_counters is not None:
+
+        @app.get(f"{API}/qos/counters")
+        def qos_queue_counters() -> dict[str, dict[str, dict[str, int]]]:
+            """Per switch port (`leaf1:3`), per queue (`q1`; a rate-limited SL's leaf `q3/sl3`): bytes,
+            packets, drops, overlimits and backlog of the QoS queues (`emulation.qos`)."""
+            return qos_counters()
 
     @app.get(f"{API}/faults", response_model=list[FaultRecord])
     def faults() -> list[FaultRecord]:

@@ -172,6 +172,7 @@ class MininetFabric:
         buffer_packets: int | None = None,
         burst_bytes: int | None = None,
         shells: bool = False,
+        qos: Any = None,
     ) -> None:
         """`name_prefix` gives every Mininet node (so every bridge and interface) a short name of its own,
         `{prefix}s{i}`/`{prefix}h{i}`, so that two fabrics of the same topology can share a network namespace
@@ -186,6 +187,11 @@ class MininetFabric:
         self._hosts: dict[str, lightnet.LightHost] = {}
         self.buffer_packets = buffer_packets
         self.burst_bytes = burst_bytes
+        #: a `controller.sm.qos.QosPolicy` realised on every switch port (`emulation.qos`); needs a scale
+        self.qos = qos
+        self.qos_devices: list[str] = []
+        if qos is not None and scale is None:
+            raise EmulationError("QoS needs shaped links: give a scale")
         self.fabric = fabric
         self.addresses = addresses
         self.controller = controller
@@ -243,7 +249,8 @@ class MininetFabric:
     def switch_interfaces(self) -> list[str]:
         """Every switch port's interface (all in this network namespace)."""
         nodes = self.fabric.nodes
-        return sorted(self.intf_name(r.node, r.port) for r in self.fabric.port_map if nodes[r.node].is_switch)
+        ports = [self.intf_name(r.node, r.port) for r in self.fabric.port_map if nodes[r.node].is_switch]
+        return sorted(ports + self.qos_devices)  # QoS: the IFBs' queues are the shaped (modelled) links
 
     def headroom_hosts(self) -> list[HostNs]:
         return [HostNs(h.name, self.netns(h.name)) for h in self.fabric.hosts]
@@ -307,6 +314,8 @@ class MininetFabric:
             self._configure()
             if self.scale is not None:
                 self._shape(self.scale)
+            if self.qos is not None and self.scale is not None:
+                self._apply_qos(self.scale)
         except BaseException:
             self.stop()
             raise
@@ -360,6 +369,8 @@ class MininetFabric:
             self.timings["mininet_build_s"] = time.perf_counter() - start
             if self.scale is not None:
                 self._shape(self.scale)
+            if self.qos is not None and self.scale is not None:
+                self._apply_qos(self.scale)
         except BaseException:
             self.stop()
             raise
@@ -443,6 +454,37 @@ class MininetFabric:
             if "rc=0" not in out:
                 raise EmulationError(f"shaping {host} failed: {out.strip()[-300:]}")
 
+    def _apply_qos(self, scale: Scale) -> None:
+        """The QoS policy's queues on every switch port's egress (see `emulation.qos` for the design)."""
+        from emulation import qos as emu_qos  # noqa: PLC0415
+
+        ports = []
+        for link in self.fabric.links:
+            for end in (link.a, link.b):
+                if self.fabric.nodes[end.node].is_switch:
+                    intf = self.intf_name(end.node, end.port)
+                    ports.append(emu_qos.PortShape(intf, scale.mbps(link.bw_gbps), scale.mbps(1.0)))
+        burst = f"{self.burst_bytes}b" if self.burst_bytes is not None else "64k"
+        try:
+            self.qos_devices = emu_qos.apply(ports, self.qos, self.buffer_packets or 1000, burst)
+        except (RuntimeError, ValueError) as exc:
+            raise EmulationError(f"QoS: {exc}") from None
+
+    def qos_counters(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per switch port (`node:port`), per queue: what its QoS queues sent and dropped."""
+        from controller.sm.qos import queue_plan  # noqa: PLC0415
+        from emulation import qos as emu_qos  # noqa: PLC0415
+
+        if self.qos is None:
+            return {}
+        by_intf = {
+            self.intf_name(r.node, r.port): f"{r.node}:{r.port}"
+            for r in self.fabric.port_map
+            if self.fabric.nodes[r.node].is_switch
+        }
+        counters = emu_qos.queue_counters(sorted(by_intf), queue_plan(self.qos))
+        return {by_intf[intf]: queues for intf, queues in counters.items()}
+
     def stop(self) -> None:
         """Mininet's own teardown, then a check by name: whatever is still there — because that teardown
         failed or was interrupted, or a start was cut short — is removed (`remove`), so a failed run never
@@ -451,6 +493,11 @@ class MininetFabric:
             return
         net, self.net = self.net, None
         names = list(self.names.values())
+        if self.qos_devices:
+            from emulation import qos as emu_qos  # noqa: PLC0415
+
+            emu_qos.remove(self.qos_devices)
+            self.qos_devices = []
         if not self.shells:  # nothing of Mininet's: remove by name at once
             remove(names, self.group)
             return

@@ -1,12 +1,13 @@
 """Sequence-numbered UDP probe flows, run inside emulated hosts (`python -m emulation.probe ...`).
 
-    probe send DST_IP PORT RATE_PPS DURATION_S [SIZE_BYTES] [--sport N | --spray OFFSET]
+    probe send DST_IP PORT RATE_PPS DURATION_S [SIZE_BYTES] [--sport N | --spray OFFSET] [--dscp N]
     probe recv PORT DURATION_S [BUCKET_S]                     # prints the receiver's record (JSON)
 
 `--sport N` sends from a fixed source port (a flow's entropy, chosen by the run so that hash placement is
 the same every time); `--spray OFFSET` gives every packet another source port (`traffic.entropy`), as a
 RoCE NIC spraying over multipath does.  Both write the UDP header themselves on a raw IP socket (the kernel
 adds the IP header; checksum 0, which IPv4 allows), so any port is possible without a socket per port.
+`--dscp N` marks every packet's traffic class (IP TOS = N << 2): QoS classifies by it (`emulation.qos`).
 The receiver counts packets that arrive behind a later one (`out_of_order`) and how far behind the
 furthest was (`reorder_max`): spraying reorders, and RoCE pays for it.
 
@@ -42,6 +43,7 @@ def send(
     size: int = 64,
     sport: int | None = None,
     spray: int | None = None,
+    dscp: int = 0,
 ) -> dict[str, Any]:
     """`size` is the UDP payload.  With `sport` or `spray` (an offset into the spray sequence) the UDP header
     is ours: a fixed source port, or another one for every packet."""
@@ -50,6 +52,8 @@ def send(
         sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
     else:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if dscp:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
     interval = 1.0 / rate_pps
     pad = bytes(max(0, size - _HEADER.size))
     length = _UDP.size + _HEADER.size + len(pad)
@@ -77,7 +81,7 @@ def send(
         time.sleep(min(0.01, max(0.0005, seq * interval - (time.perf_counter() - start))))
     entropy = "spray" if spray is not None else ("fixed" if sport is not None else "kernel")
     return {"sent": seq, "start": wall0, "rate_pps": rate_pps, "size": size, "entropy": entropy,
-            "send_errors": errors}  # fmt: skip
+            "send_errors": errors, "dscp": dscp}  # fmt: skip
 
 
 def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = None) -> dict[str, Any]:
@@ -147,6 +151,10 @@ def _percentiles(delays: list[float]) -> dict[str, float] | None:
 def main(argv: list[str]) -> int:
     if argv[0] == "send":
         sport = spray = None
+        dscp = 0
+        if "--dscp" in argv:
+            dscp = int(argv.pop(argv.index("--dscp") + 1))
+            argv.remove("--dscp")
         if "--sport" in argv:
             sport = int(argv.pop(argv.index("--sport") + 1))
             argv.remove("--sport")
@@ -154,7 +162,7 @@ def main(argv: list[str]) -> int:
             spray = int(argv.pop(argv.index("--spray") + 1))
             argv.remove("--spray")
         size = int(argv[5]) if len(argv) > 5 else 64
-        result = send(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), size, sport, spray)
+        result = send(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), size, sport, spray, dscp)
         print(json.dumps(result), flush=True)
     elif argv[0] == "recv":
         bucket = float(argv[3]) if len(argv) > 3 else 0.1

@@ -273,6 +273,11 @@ def _blocks(summary: dict[str, Any], plots: dict[int, list[str]]) -> list[Block]
                     ],
                 )
             )
+        if rep.get("qos_classes"):
+            from emulation.qosreport import class_block  # noqa: PLC0415
+
+            blocks.append(("p", "QoS classes (what each traffic class got; docs/qos.md):"))
+            blocks.append(class_block(rep["qos_classes"]))
         if rep.get("collectives"):
             blocks.append(
                 (

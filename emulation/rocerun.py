@@ -113,10 +113,11 @@ def start_senders(run: RoceRun, net: MininetFabric, work: Path) -> None:
     for c in run.collectives:
         for (src, dst), (qp, packets) in c.pairs.items():
             mac, ip = net.addresses[(dst, 1)]
-            pkey = c.pkeys.get((src, dst), DEFAULT_PKEY)
-            by_src.setdefault(src, []).append(
-                {"dst_mac": mac, "dst_ip": ip, "qp": qp, "packets": packets, "pkey": pkey}
-            )
+            stream = {"dst_mac": mac, "dst_ip": ip, "qp": qp, "packets": packets,
+                      "pkey": c.pkeys.get((src, dst), DEFAULT_PKEY)}
+            if c.item.dscp is not None:  # the collective's traffic class (QoS); else the agent's RoCE default
+                stream["dscp"] = c.item.dscp
+            by_src.setdefault(src, []).append(stream)
             rate[src] = max(rate.get(src, 0.0), c.item.rate_pps)
             mtu[src] = c.item.mtu
     for src, streams in by_src.items():
@@ -178,6 +179,8 @@ def finish(run: RoceRun) -> list[dict[str, Any]]:
                 "busbw_gbps": float(f"{algbw * bus_factor(c.plan.kind, n):.6g}"),
                 "qp_fct_s": sorted(fcts),
                 "sprayed": any(src in run.spraying for src, _ in c.pairs),
+                "dscp": c.item.dscp,
+                "mtu": c.item.mtu,
             }
         )
     return results

@@ -28,6 +28,7 @@ from emulation.controlproc import ControllerProcess
 from emulation.headroom import TxBufferSampler, assess, capacity_ratio, snapshot
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
+from emulation.qosreport import class_summary
 from emulation.report import write_outputs
 from emulation.scenario import FlowPlan, Scenario, ScenarioError, emulator_refuses
 from topologies.tiers import Tiers
@@ -137,6 +138,7 @@ def _run_once(
     args += ["--capacity-scale", str(scenario.scale)] if scenario.scale is not None else []
     args += ["--partitions", str(scenario.partitions_file)] if scenario.partitions_file is not None else []
     topology = (scenario.file.parent / spec.topology).resolve()
+    args += ["--qos", str((scenario.file.parent / spec.qos).resolve())] if spec.qos is not None else []
     ctl = ControllerProcess(topology, work / "state", work / "controller.log", *args)
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -144,7 +146,7 @@ def _run_once(
     ctl.start()
     net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scenario.scale,
                         name_prefix=run_name_prefix(), buffer_packets=spec.buffer_packets,
-                        burst_bytes=spec.burst_bytes)  # fmt: skip
+                        burst_bytes=spec.burst_bytes, qos=scenario.qos)  # fmt: skip
     try:
         progress(0.02, "building the fabric")
         try:
@@ -201,6 +203,11 @@ def _run_once(
         "events": events,
         "utilisation": measured["utilisation"],
         **({"isolation": isolated} if isolated is not None else {}),
+        **(
+            {"qos_classes": class_summary(scenario.qos, flow_results, measured["collectives"])}
+            if scenario.qos is not None
+            else {}
+        ),
     }
 
 
@@ -263,6 +270,7 @@ def _traffic_and_faults(
                     str(flow.rate_pps), str(flow.duration_s), str(flow.size_bytes)]  # fmt: skip
             argv += ["--sport", str(flow.sport)] if flow.sport is not None else []
             argv += ["--spray", str(flow.spray)] if flow.spray is not None else []
+            argv += ["--dscp", str(flow.dscp)] if flow.dscp is not None else []
             senders[flow.name] = net.popen(flow.src, argv, stdout=subprocess.PIPE, text=True)
         while faults and faults[0].at_s <= now:
             fault = faults.pop(0)
@@ -321,6 +329,7 @@ def _flow_results(
                 "throughput": {"bucket_s": rx["bucket_s"], "packets": rx["buckets"]},
                 "gaps": rx["gaps"],
                 "latency_ms": rx.get("latency_ms"),
+                "dscp": flow.dscp,
             }
         )
     return result

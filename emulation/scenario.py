@@ -44,8 +44,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.partitions_file import load_partitions
+from controller.qosfile import load_policy
 from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, class_map, default_policies
+from controller.sm.qos import QosPolicy
 from emulation.mnfabric import Scale
 from topologies.errors import InputError, read_input_file
 from topologies.loader import load_topology
@@ -116,6 +118,8 @@ class UdpFlow(_Strict):
     entropy: Entropy = "policy"
     #: The source port of a `fixed` flow (default: seeded).
     sport: Annotated[int, Field(ge=1, le=65535)] | None = None
+    #: Traffic class (IP DSCP) the flow is marked with; QoS classifies by it (docs/qos.md).
+    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
 
 
 class UdpPermutation(_Strict):
@@ -132,6 +136,7 @@ class UdpPermutation(_Strict):
     #: Parallel flows from each host to its partner, each with entropy of its own (QPs of one transfer).
     flows_per_host: Annotated[int, Field(ge=1, le=16)] = 1
     entropy: Entropy = "policy"
+    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
 
 
 class RoceCollective(_Strict):
@@ -147,6 +152,8 @@ class RoceCollective(_Strict):
     #: "steps": the planner's dependent steps (the simulator runs them rank by rank); "one-phase": every
     #: transfer at once (all-to-all only; MoE dispatch).  The emulator always sends the whole matrix at once.
     schedule: Literal["steps", "one-phase"] = "steps"
+    #: Traffic class (DSCP) of its packets (default: the agent's RoCE default, 26).
+    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
 
 
 class KvTransfer(_Strict):
@@ -206,6 +213,8 @@ class ScenarioSpec(_Strict):
     #: What a shaped link may send above its rate after a pause (HTB's bucket); default 64 KB.
     burst_bytes: Annotated[int, Field(ge=1600, le=1 << 24)] | None = None
     settle_s: Annotated[float, Field(ge=0, le=60)] = 1.0
+    #: QoS policy file (relative to this file; docs/qos.md): the controller's and every switch port's queues.
+    qos: str | None = None
     traffic: list[Traffic] = []
     faults: list[Fault] = []
 
@@ -252,6 +261,7 @@ class FlowPlan:
     #: A fixed UDP source port, or (None) kernel-chosen; `spray` (an offset) gives every packet its own.
     sport: int | None = None
     spray: int | None = None
+    dscp: int | None = None
 
     @property
     def entropy(self) -> str:
@@ -264,6 +274,8 @@ class Scenario:
     file: Path
     fabric: Fabric
     scale: Scale | None
+    #: The `qos:` policy, validated against the fabric (None: no QoS).
+    qos: QosPolicy | None = None
 
     @property
     def partitions_file(self) -> Path | None:
@@ -293,14 +305,24 @@ class Scenario:
             if isinstance(item, UdpFlow):
                 duration = item.duration_s or (self.spec.duration_s - item.start_s)
                 plans.append(self._entropy(FlowPlan(f"f{index}", item.src, item.dst, item.rate_pps,
-                                                    item.size_bytes, item.start_s, duration),
+                                                    item.size_bytes, item.start_s, duration,
+                                                    dscp=item.dscp),
                                            item.entropy, repetition, item.sport))  # fmt: skip
                 continue
             members = list(item.hosts or hosts)
             for i, (src, dst) in enumerate(zip(members, self._targets(item, members, rng), strict=True)):
                 for q in range(item.flows_per_host):
                     name = f"f{index}.{i}" + (f".{q}" if item.flows_per_host > 1 else "")
-                    plan = FlowPlan(name, src, dst, item.rate_pps, item.size_bytes, 0.0, self.spec.duration_s)
+                    plan = FlowPlan(
+                        name,
+                        src,
+                        dst,
+                        item.rate_pps,
+                        item.size_bytes,
+                        0.0,
+                        self.spec.duration_s,
+                        dscp=item.dscp,
+                    )
                     plans.append(self._entropy(plan, item.entropy, repetition))
         return plans
 
@@ -398,6 +420,14 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
             scale.check(fabric)  # what `scenario run` (MininetFabric) would refuse
         except ValueError as exc:
             raise doc.error(["scale"], str(exc)) from None
+    qos = None
+    if spec.qos is not None:
+        if scale is None:
+            raise doc.error(["qos"], "QoS needs `scale:` (the classes share shaped links)")
+        try:
+            qos = load_policy((path.parent / spec.qos).resolve(), fabric)
+        except InputError as exc:
+            raise doc.error(["qos"], str(exc)) from None
     try:
         spec.controller.choice()
     except PolicyError as exc:
@@ -480,7 +510,7 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
                 raise doc.error(["faults", i, "switch"], f"{fault.action} needs `switch: NAME` (and no port)")
             if fault.switch not in fabric.nodes or not fabric.nodes[fault.switch].is_switch:
                 raise doc.error(["faults", i, "switch"], f"unknown switch {fault.switch!r}")
-    return Scenario(spec, path, fabric, scale)
+    return Scenario(spec, path, fabric, scale, qos)
 
 
 def _check_kv(item: KvTransfer, hosts: Sequence[str], doc: Document, i: int) -> None:

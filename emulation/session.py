@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.qosfile import load_policy
 from controller.rest.client import ControllerClient
 from controller.rest.common import BackgroundServer, page_origins, serve_in_thread
 from controller.sm.manager import SubnetManager
@@ -53,6 +54,8 @@ class UpOptions:
     name_prefix: str = ""
     #: Routing-policy options for the controller this starts (`--policy adaptive --threshold 0.7 ...`).
     policy_args: tuple[str, ...] = ()
+    #: QoS policy file: given to the controller this starts, realised on every switch port (`emulation.qos`).
+    qos: Path | None = None
 
 
 def apply_fault(net: MininetFabric, action: str, target: str) -> str:
@@ -116,8 +119,9 @@ def serve_faults(
 
     registry, _ = emulator_registry(switch_ports(net), headroom)
     origins = page_origins(*controller_api) if controller_api is not None else []
+    counters = net.qos_counters if net.qos is not None else None
     app = create_app(lambda action, target: apply_fault(net, action, target), summary, token, address,
-                     registry, origins)  # fmt: skip
+                     registry, origins, qos_counters=counters)  # fmt: skip
     return serve_in_thread(app, address, "emulator-api", "--emu-api")
 
 
@@ -155,6 +159,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
             ctl = ControllerProcess(options.topology.resolve(), Path(".fabriclab-state"),
                                     Path("controller.log"), "--engine", options.engine, *scaled,
                                     *options.policy_args,
+                                    *(["--qos", str(options.qos.resolve())] if options.qos else []),
                                     host=api_host, of_port=of_port, api_port=api_port)  # fmt: skip
             ctl.start()
             target = ctl.openflow
@@ -162,8 +167,9 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                 f"controller: REST http://{api_host}:{api_port}/api/v1, "
                 f"live view http://{api_host}:{api_port}/ (log: controller.log)"
             )
+        qos = load_policy(options.qos, fabric) if options.qos is not None else None
         net = MininetFabric(fabric, addresses, controller=target, scale=options.scale, mtu=options.mtu,
-                            name_prefix=prefix, shells=options.interactive)  # fmt: skip
+                            name_prefix=prefix, shells=options.interactive, qos=qos)  # fmt: skip
         controller_pid = ctl.proc.pid if ctl is not None and ctl.proc is not None else None
         runfile.write(runfile.RunRecord(prefix, net.node_names, net.group, os.getpid(), controller_pid,
                                         time.time()))  # fmt: skip

@@ -41,7 +41,8 @@ def send_many(args: argparse.Namespace) -> dict[str, Any]:
     for s in streams:
         # the QP's own source port, as Linux derives it from the QP numbers (both ends use the same here)
         ep = Endpoints(args.src_mac, s["dst_mac"], args.src_ip, s["dst_ip"], dqpn=s["qp"],
-                       sport=flow_sport(s["qp"], s["qp"]), pkey=int(s.get("pkey", DEFAULT_PKEY)))  # fmt: skip
+                       sport=flow_sport(s["qp"], s["qp"]), pkey=int(s.get("pkey", DEFAULT_PKEY)),
+                       dscp=int(s.get("dscp", 26)))  # fmt: skip
         bth = BTH(opcode=op("RC", "RDMA_WRITE_MIDDLE"), pkey=ep.pkey, dqpn=ep.dqpn, psn=0)
         templates.append(
             (FrameTemplate.from_packet(frame(ep, bth, payload=bytes(args.size))), int(s["packets"]))
@@ -83,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     many.add_argument("iface")
     many.add_argument("--src-mac", required=True)
     many.add_argument("--src-ip", required=True)
-    many.add_argument("--streams", required=True, help="JSON file: [{dst_mac, dst_ip, qp, packets}, ...]")
+    many.add_argument(
+        "--streams", required=True, help="JSON file: [{dst_mac, dst_ip, qp, packets[, dscp]}, ...]"
+    )
     many.add_argument("--rate", type=float, default=0.0, help="total packets/s (0: as fast as possible)")
     many.add_argument("--size", type=int, default=1024)
     many.add_argument(

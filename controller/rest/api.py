@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from controller.core.fabric import StateNotSaved, dry_run
 from controller.observe.web import Observability, mount
+from controller.qosstate import QosStore
 from controller.rest import models
 from controller.rest.common import (
     API,
@@ -29,6 +30,7 @@ from controller.rest.common import (
     require_token_dependency,
 )
 from controller.rest.pkeys import mount_pkeys
+from controller.rest.qos import mount_qos
 from controller.service import Busy, FabricService, Published
 from controller.sm.engines import UnknownEngine
 from controller.sm.intents import ForwardingOptions
@@ -50,6 +52,7 @@ def create_app(
     token: str | None = None,
     hosts: frozenset[str] | None = None,
     observability: Observability | None = None,
+    qos: QosStore | None = None,
 ) -> FastAPI:
     """`hosts`: the Host header values accepted (see `controller.rest.common.allowed_hosts`);
     `observability`: metrics and the live view (default: unscaled capacities, no event thread)."""
@@ -78,6 +81,9 @@ def create_app(
         if name not in pub.context.dpids:
             raise ApiError(404, f"unknown switch {name[:64]!r}", "name")
         return name
+
+    if qos is not None:
+        mount_qos(app, qos, mutation)
 
     @app.get(f"{API}/health", response_model=models.Health)
     def health() -> models.Health:

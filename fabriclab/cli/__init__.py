@@ -15,6 +15,7 @@ from controller.sm.engines.base import UnknownEngine
 from fabriclab.cli import emulate as emulate_cmd
 from fabriclab.cli import partitions as partitions_cmd
 from fabriclab.cli import policy as policy_cmd
+from fabriclab.cli import qos as qos_cmd
 from fabriclab.cli import route as route_cmd
 from fabriclab.cli import serve as serve_cmd
 from fabriclab.cli import sim as sim_cmd
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     traffic_cmd.register(commands)
     sim_cmd.register(commands)
     partitions_cmd.register(commands)
+    qos_cmd.register(commands)
     engines = commands.add_parser("engines", help="list routing engines")
     engines.set_defaults(handler=route_cmd.list_engines)
     policies = commands.add_parser("policies", help="list routing policies")

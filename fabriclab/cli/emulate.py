@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.partitions_file import load_partitions
+from controller.qosfile import load_policy
 from controller.rest.client import WaitTimeout
 from controller.rest.common import TOKEN_ENV, ListenError, token_from_env
 from controller.sm.intents import ForwardingOptions
@@ -56,6 +57,12 @@ def register(commands: Any) -> None:
     )
     up.add_argument(
         "--mtu", type=integer(576, 9216), default=1500, help="interface MTU, 576..9216 (default 1500)"
+    )
+    up.add_argument(
+        "--qos",
+        type=Path,
+        metavar="FILE",
+        help="QoS policy (docs/qos.md) for the controller and every switch port",
     )
     up.add_argument("--emu-api", default="127.0.0.1:8081", help="the emulator's fault-injection REST API")
     up.add_argument(
@@ -362,6 +369,12 @@ def emulate_up(args: argparse.Namespace) -> int:
         problem = SubnetManager(fabric, args.engine, forwarding).compute().policy_problem()
         if problem is not None:
             raise option_error(problem)
+    if args.qos is None and os.environ.get("FABRICLAB_QOS"):
+        args.qos = Path(os.environ["FABRICLAB_QOS"])  # docker compose passes it through when set
+    if args.qos is not None:
+        if scale is None:
+            raise CliError("--qos: needs --scale (the queues share shaped links)")
+        load_policy(args.qos, fabric)  # a bad policy fails (exit 2, line and field) before anything is built
     check_bindable(listeners)
     try:
         token = token_from_env(os.environ.get(TOKEN_ENV))
@@ -382,6 +395,7 @@ def emulate_up(args: argparse.Namespace) -> int:
         token=token,
         name_prefix=args.name_prefix,
         policy_args=(*policy_argv(args), *partition_args),
+        qos=args.qos,
     )
     daemon = _prerequisites()
     stop_on_signals()

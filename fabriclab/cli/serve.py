@@ -14,10 +14,12 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from controller.partitions_file import load_partitions
+from controller.qosfile import load_policy
 from controller.sm.engines import UnknownEngine, default_registry
 from controller.sm.intents import ForwardingOptions
 from controller.state import StateError, StateStore
@@ -32,6 +34,8 @@ from topologies.scale import Scale
 
 LOG = logging.getLogger("fabriclab")
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
+#: The QoS policy file when --qos is not given (docker compose passes it through when set).
+QOS_ENV = "FABRICLAB_QOS"
 
 
 #: Names the controller's --partitions file when the option is not given (docker compose's .env).
@@ -80,6 +84,12 @@ def register(commands: Any) -> None:
         help="links run scaled, as in an emulated fabric (e.g. 400G=200M): utilisation (metrics, live view, "
         "adaptive routing) is measured against the scaled speed",
     )
+    p.add_argument(
+        "--qos",
+        type=Path,
+        metavar="FILE",
+        help="QoS policy (YAML, docs/qos.md; default: $FABRICLAB_QOS, else saved, else none)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run)
 
@@ -98,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--capacity-scale: {exc}") from None
     fabric = load_fabric(args.topology)
     partitions = load_partitions(args.partitions, fabric) if args.partitions is not None else None
+    if args.qos is None and os.environ.get(QOS_ENV):
+        args.qos = Path(os.environ[QOS_ENV])
+    qos_policy = load_policy(args.qos, fabric) if args.qos is not None else None  # exit 2 before anything
 
     # Imported here: the routing-only commands must not pay for os-ken, FastAPI and uvicorn.
     from controller.core.fabric import GenerationExhausted  # noqa: PLC0415
@@ -156,9 +169,14 @@ def run(args: argparse.Namespace) -> int:
         if problem is not None:
             raise option_error(problem)
     check_bindable(listeners)
+    from controller.qosstate import QosStore  # noqa: PLC0415
+
+    qos = QosStore(fabric, args.state_dir)
+    if qos_policy is not None and qos_policy != qos.snapshot().policy:
+        qos.replace(qos_policy, f"file {args.qos}", time.time())
     extra_hosts = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
     observability = Observability.for_service(service.snapshot, scale, token_required=token is not None)
-    app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts), observability)
+    app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts), observability, qos)
     observer = observability.observer()
 
     stop = threading.Event()
