@@ -113,8 +113,13 @@ def start_senders(run: RoceRun, net: MininetFabric, work: Path) -> None:
     for c in run.collectives:
         for (src, dst), (qp, packets) in c.pairs.items():
             mac, ip = net.addresses[(dst, 1)]
-            stream = {"dst_mac": mac, "dst_ip": ip, "qp": qp, "packets": packets,
-                      "pkey": c.pkeys.get((src, dst), DEFAULT_PKEY)}
+            stream = {
+                "dst_mac": mac,
+                "dst_ip": ip,
+                "qp": qp,
+                "packets": packets,
+                "pkey": c.pkeys.get((src, dst), DEFAULT_PKEY),
+            }
             if c.item.dscp is not None:  # the collective's traffic class (QoS); else the agent's RoCE default
                 stream["dscp"] = c.item.dscp
             by_src.setdefault(src, []).append(stream)

@@ -258,7 +258,9 @@ def test_an_overloaded_emulator_says_so_and_by_how_much(
         line for line in path.read_text().splitlines() if "at_s" not in line and "faults" not in line
     )
     per_host = 4 * k4_capacity["per_host_pps"]
-    asked = float(re.search(r"rate_pps: ([\d.]+)", text)[1])  # per host: one flow each
+    found = re.search(r"rate_pps: ([\d.]+)", text)
+    assert found is not None
+    asked = float(found[1])  # per host: one flow each
     # fast links and small packets: the load is packets for the emulator, not bytes for the links
     text = re.sub(r"scale: \S+", "scale: 400G=200M", text).replace("size_bytes: 1000", "size_bytes: 200")
     path.write_text(scale_rates(text, per_host / asked) + "\n")

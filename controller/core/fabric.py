@@ -24,21 +24,18 @@ Rules it keeps:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
-import numpy as np
-
-from controller.core import adaptive
+from controller.core import adaptive, discovery
 from controller.core.events import (
-    Command,
     CountersSampled,
     Event,
     FlowRemoval,
     FlowsRemoved,
     HostSeen,
     LinksSeen,
-    Log,
     LogLevel,
     PartitionsRequested,
     PolicyRequested,
@@ -58,19 +55,18 @@ from controller.core.events import (
     SwitchReadFailed,
     Tick,
 )
+from controller.core.queries import changed_destinations, dry_run
 from controller.core.state import (
-    MAX_RECORDS,
     Config,
     FabricState,
     PendingChange,
     PendingRollout,
-    Record,
     RecordKind,
 )
+from controller.core.step import Builder, StateNotSaved, Step, config_of, saved_state
 from controller.sm.engines.base import UnknownEngine
 from controller.sm.intents import (
     MAX_GENERATION,
-    ForwardingOptions,
     GenerationExhausted,
     SwitchDelta,
     SwitchProgram,
@@ -79,7 +75,7 @@ from controller.sm.intents import (
 )
 from controller.sm.manager import Computation, SubnetContext
 from controller.sm.partitions_conf import resolve, rule_from_dict
-from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, default_policies
+from controller.sm.policies import default_policies
 from controller.sm.validation import DISCOVERY_GRACE_S
 from controller.state import SavedState
 from topologies.errors import InputError
@@ -91,68 +87,6 @@ GENERATION_BLOCK = 1000
 #: every AUDIT_ROUNDS ticks.  The safety net for what no OpenFlow message reports (an entry modified or
 #: added behind the controller's back); entries deleted behind its back are reported at once (flow-removed).
 AUDIT_ROUNDS = 6
-
-
-class StateNotSaved(RuntimeError):
-    """An operator change was refused because its state could not be saved (nothing changed)."""
-
-
-@dataclass(frozen=True)
-class Step:
-    state: FabricState
-    commands: tuple[Command, ...] = ()
-    records: tuple[Record, ...] = ()
-
-
-class _Builder:
-    """Accumulates one step: the evolving state, commands and records."""
-
-    def __init__(self, state: FabricState, now: float) -> None:
-        self.state, self.now = state, now
-        self.commands: list[Command] = []
-        self.records: list[Record] = []
-
-    def update(self, **changes: Any) -> None:
-        self.state = replace(self.state, **changes)
-
-    def emit(self, command: Command) -> None:
-        self.commands.append(command)
-
-    def log(self, level: LogLevel, message: str) -> None:
-        self.commands.append(Log(level, message))
-
-    def record(self, kind: RecordKind, **fields: Any) -> Record:
-        record = Record(id=self.state.next_record, kind=kind, at=round(self.now, 6), **fields)
-        records = (*self.state.records, record)[-MAX_RECORDS:]
-        self.update(records=records, next_record=record.id + 1)
-        self.records.append(record)
-        return record
-
-    def done(self) -> Step:
-        return Step(self.state, tuple(self.commands), tuple(self.records))
-
-
-def saved_state(config: Config, reserved: int) -> SavedState:
-    options, params = config.options, config.policy_params
-    classes = {str(dscp): name for dscp, name in options.classes} or None
-    parts = config.partitions
-    saved_parts = parts.as_dict()["partitions"] if parts is not None and parts.configured else None
-    return SavedState(
-        config.engine, options.fast_failover, options.multipath, reserved, options.policy,
-        params.interval_ms, params.threshold, params.hysteresis, classes, saved_parts,
-    )  # fmt: skip
-
-
-def config_of(saved: SavedState) -> Config:
-    """Operator choices from a saved state (raises PolicyError for a policy or parameter out of range)."""
-    policy = saved.policy or ("ecmp" if saved.multipath else "static")
-    classes = tuple(sorted((int(k), v) for k, v in (saved.classes or {}).items() if k.isdigit()))
-    if saved.classes and len(classes) != len(saved.classes):
-        raise PolicyError("DSCP keys must be integers", field="classes")
-    params = PolicyParams(saved.interval_ms, float(saved.threshold), float(saved.hysteresis))
-    PolicyChoice(policy, params, classes).validate(default_policies())
-    options = ForwardingOptions(saved.fast_failover, policy=policy, classes=classes)
-    return Config(saved.engine, options, params)
 
 
 class FabricCore:
@@ -175,7 +109,7 @@ class FabricCore:
         for link in context.declared.links:
             for end in (link.a, link.b):
                 self.capacity_bps[end] = link.bw_gbps * 1e9 * link_scale
-        self._handlers: dict[type, Callable[[_Builder, Any], None]] = {
+        self._handlers: dict[type, Callable[[Builder, Any], None]] = {
             Start: self._start,
             SwitchConnected: self._connected,
             SwitchRead: self._read,
@@ -183,8 +117,8 @@ class FabricCore:
             SwitchDisconnected: self._disconnected,
             PortsChanged: self._ports,
             FlowsRemoved: self._flows_removed,
-            LinksSeen: self._links_seen,
-            HostSeen: self._host_seen,
+            LinksSeen: partial(discovery.links_seen, context),
+            HostSeen: partial(discovery.host_seen, context),
             Tick: self._tick,
             RoutingRequested: self._routing_requested,
             PolicyRequested: self._policy_requested,
@@ -212,13 +146,13 @@ class FabricCore:
         return FabricState(config=chosen, generation=generation, reserved=generation)
 
     def handle(self, state: FabricState, now: float, event: Event) -> Step:
-        step = _Builder(state, now)
+        step = Builder(state, now)
         self._handlers[type(event)](step, event)
         return step.done()
 
     # --- routing and rollouts ------------------------------------------------------------------------------
 
-    def _compute(self, step: _Builder, config: Config) -> Computation:
+    def _compute(self, step: Builder, config: Config) -> Computation:
         generation = step.state.generation + 1
         if generation > MAX_GENERATION:
             raise GenerationExhausted("cookie generations exhausted (2^48)")
@@ -228,19 +162,19 @@ class FabricCore:
             partitions=config.partitions,
         )  # fmt: skip
 
-    def _reserve(self, step: _Builder, generation: int, config: Config) -> None:
+    def _reserve(self, step: Builder, generation: int, config: Config) -> None:
         """Before cookies carry `generation`, make sure the disk says it is used (see GENERATION_BLOCK)."""
         if generation > step.state.reserved:
             reserved = min(generation + GENERATION_BLOCK, MAX_GENERATION)
             step.update(reserved=reserved)
             step.emit(Save(saved_state(config, reserved)))
 
-    def _commit(self, step: _Builder, computation: Computation, config: Config) -> None:
+    def _commit(self, step: Builder, computation: Computation, config: Config) -> None:
         step.update(current=computation, generation=computation.generation, config=config, synced=frozenset())
 
     def _rollout(
         self,
-        step: _Builder,
+        step: Builder,
         kind: RecordKind,
         detected_at: float,
         only: Iterable[str] | None = None,
@@ -274,7 +208,7 @@ class FabricCore:
         )
         step.emit(Push(rollout_id, {d.dpid: d for d in deltas.values()}))
 
-    def _rollout_done(self, step: _Builder, done: RolloutDone) -> None:
+    def _rollout_done(self, step: Builder, done: RolloutDone) -> None:
         pending = step.state.pending_rollout
         if pending is None or pending.rollout != done.rollout:
             step.log(LogLevel.ERROR, f"rollout {done.rollout} finished but was not pending")
@@ -322,14 +256,14 @@ class FabricCore:
 
     # --- start, switches and ports -----------------------------------------------------------------------
 
-    def _start(self, step: _Builder, _: Start) -> None:
+    def _start(self, step: Builder, _: Start) -> None:
         config = step.state.config
         computation = self._compute(step, config)
         self._reserve(step, computation.generation, config)
         self._commit(step, computation, config)
         step.record(RecordKind.ROUTING_COMPUTED, generation=computation.generation, engine=config.engine)
 
-    def _connected(self, step: _Builder, event: SwitchConnected) -> None:
+    def _connected(self, step: Builder, event: SwitchConnected) -> None:
         name = self.context.switch_of_dpid.get(event.dpid)
         state = step.state
         if name is None:
@@ -352,7 +286,7 @@ class FabricCore:
         )
         step.emit(ReadSwitch(event.dpid))
 
-    def _read(self, step: _Builder, event: SwitchRead) -> None:
+    def _read(self, step: Builder, event: SwitchRead) -> None:
         name = self.context.switch_of_dpid.get(event.dpid)
         if name is None or name not in step.state.connected:
             return  # disconnected while being read: its next connection reads it again
@@ -400,14 +334,14 @@ class FabricCore:
         if repairing is None:
             step.emit(ProbeLinks((event.dpid, *self._neighbour_dpids(step.state, name))))
 
-    def _read_failed(self, step: _Builder, event: SwitchReadFailed) -> None:
+    def _read_failed(self, step: Builder, event: SwitchReadFailed) -> None:
         name = self.context.switch_of_dpid.get(event.dpid)
         repairing = step.state.repairing
         step.update(repairing={k: v for k, v in repairing.items() if k != name})  # the next Tick retries
         step.log(LogLevel.WARNING, f"reading switch {name or event.dpid} failed: {event.reason}")
         step.record(RecordKind.SWITCH_READ_FAILED, switch=name, reason=event.reason)
 
-    def _disconnected(self, step: _Builder, event: SwitchDisconnected) -> None:
+    def _disconnected(self, step: Builder, event: SwitchDisconnected) -> None:
         name = self.context.switch_of_dpid.get(event.dpid)
         state = step.state
         if name is None or name not in state.connected:
@@ -433,7 +367,7 @@ class FabricCore:
             ports_down[ref] = now
         return index is not None and self.context.link_up(index, ports_down) != was_up
 
-    def _ports(self, step: _Builder, event: PortsChanged) -> None:
+    def _ports(self, step: Builder, event: PortsChanged) -> None:
         ports_down = dict(step.state.ports_down)
         discovery = step.state.discovery
         changes: list[str] = []
@@ -460,7 +394,7 @@ class FabricCore:
         self._rollout(step, kind, detected, ports=tuple(changes),
                       changed_destinations=changed_destinations(previous, computation))  # fmt: skip
 
-    def _flows_removed(self, step: _Builder, event: FlowsRemoved) -> None:
+    def _flows_removed(self, step: Builder, event: FlowsRemoved) -> None:
         """Entries gone from a switch.  Ours removed by our own rollouts are already gone from `installed`
         (their removal was confirmed before this event is handled) or were replaced by a newer cookie;
         anything else the switch lost behind the controller's back: read it back and repair it."""
@@ -485,7 +419,7 @@ class FabricCore:
                         entries_lost=len(removals), reason=reasons)  # fmt: skip
             self._read_back(step, name, detected)
 
-    def _read_back(self, step: _Builder, name: str, detected: float) -> None:
+    def _read_back(self, step: Builder, name: str, detected: float) -> None:
         state = step.state
         step.update(
             installed={k: v for k, v in state.installed.items() if k != name},
@@ -494,7 +428,7 @@ class FabricCore:
         )
         step.emit(ReadSwitch(self.context.dpids[name]))
 
-    def _audit(self, step: _Builder) -> None:
+    def _audit(self, step: Builder) -> None:
         """Read back the next share of the switches (round robin over the declared ones)."""
         names = [s.name for s in self.context.declared.switches]
         if not names or step.state.current is None:
@@ -517,32 +451,7 @@ class FabricCore:
         }
         return sorted(dpids[n] for n in far)
 
-    # --- discovery -----------------------------------------------------------------------------------------
-
-    def _links_seen(self, step: _Builder, event: LinksSeen) -> None:
-        names = self.context.switch_of_dpid
-        sightings = []
-        warned = set(step.state.warned_cables)
-        for s in event.sightings:
-            if s.src_dpid not in names or s.dst_dpid not in names:
-                continue
-            src, dst = PortRef(names[s.src_dpid], s.src_port), PortRef(names[s.dst_dpid], s.dst_port)
-            sightings.append((src, dst, s.at))
-            declared = self.context.declared.peer(src.node, src.port)
-            if declared != dst and (src, dst) not in warned:
-                warned.add((src, dst))
-                step.log(
-                    LogLevel.WARNING, f"cabling: {src} sees {dst}, declared peer is {declared or 'nothing'}"
-                )
-        step.update(discovery=step.state.discovery.links_seen(sightings), warned_cables=frozenset(warned))
-
-    def _host_seen(self, step: _Builder, event: HostSeen) -> None:
-        switch = self.context.switch_of_dpid.get(event.dpid)
-        if switch is not None:
-            at = PortRef(switch, event.in_port)
-            step.update(discovery=step.state.discovery.host_seen(event.host, event.host_port, at, event.at))
-
-    def _tick(self, step: _Builder, _: Tick) -> None:
+    def _tick(self, step: Builder, _: Tick) -> None:
         state = step.state
         discovery = state.discovery.expire(step.now, self.lldp_ttl_s)
         step.update(discovery=discovery)
@@ -566,7 +475,7 @@ class FabricCore:
 
     # --- operator changes ----------------------------------------------------------------------------------
 
-    def _routing_requested(self, step: _Builder, event: RoutingRequested) -> None:
+    def _routing_requested(self, step: Builder, event: RoutingRequested) -> None:
         state = step.state
         config = Config(event.engine or state.config.engine, event.options or state.config.options,
                         partitions=state.config.partitions)  # fmt: skip
@@ -575,11 +484,18 @@ class FabricCore:
         except (UnknownEngine, InputError, GenerationExhausted) as exc:
             step.emit(Reply(event.request, error=exc))
             return
-        reserved = max(state.reserved, min(computation.generation + GENERATION_BLOCK, MAX_GENERATION))
-        step.update(pending_change=PendingChange(computation, config, event.request, step.now))
-        step.emit(Save(saved_state(config, reserved)))
+        self._propose(step, PendingChange(computation, config, event.request, step.now))
 
-    def _saved(self, step: _Builder, event: Saved) -> None:
+    def _propose(self, step: Builder, change: PendingChange) -> None:
+        """Persist before commit: the change waits while its state (and a new generation block) is saved;
+        `_saved` commits it, or refuses it if the save failed."""
+        reserved = max(
+            step.state.reserved, min(change.computation.generation + GENERATION_BLOCK, MAX_GENERATION)
+        )
+        step.update(pending_change=change)
+        step.emit(Save(saved_state(change.config, reserved)))
+
+    def _saved(self, step: Builder, event: Saved) -> None:
         pending = step.state.pending_change
         if pending is None:  # a generation reservation (reroute or start)
             if event.error is not None:
@@ -607,7 +523,7 @@ class FabricCore:
             details = {"reason": pending.reason}
         self._rollout(step, pending.kind, pending.detected_at, request=pending.request, **details)
 
-    def _policy_requested(self, step: _Builder, event: PolicyRequested) -> None:
+    def _policy_requested(self, step: Builder, event: PolicyRequested) -> None:
         """A policy change: validated whole (name, parameters, classes, and that the fabric has equal-cost
         alternatives for a multipath policy), persisted, then rolled out like a routing change."""
         state = step.state
@@ -624,13 +540,11 @@ class FabricCore:
         except (InputError, GenerationExhausted) as exc:
             step.emit(Reply(event.request, error=exc))
             return
-        reserved = max(state.reserved, min(computation.generation + GENERATION_BLOCK, MAX_GENERATION))
-        step.update(pending_change=PendingChange(computation, config, event.request, step.now,
-                                                 RecordKind.POLICY_CHANGE))  # fmt: skip
         step.update(load=replace(state.load, moved_at={}))
-        step.emit(Save(saved_state(config, reserved)))
+        self._propose(step, PendingChange(computation, config, event.request, step.now,
+                                          RecordKind.POLICY_CHANGE))  # fmt: skip
 
-    def _partitions_requested(self, step: _Builder, event: PartitionsRequested) -> None:
+    def _partitions_requested(self, step: Builder, event: PartitionsRequested) -> None:
         """A partition change: computed (the partition layer of every edge switch), persisted, then rolled
         out make-before-break — flows of pairs whose permission did not change are not touched."""
         state = step.state
@@ -640,14 +554,12 @@ class FabricCore:
         except (InputError, GenerationExhausted) as exc:
             step.emit(Reply(event.request, error=exc))
             return
-        reserved = max(state.reserved, min(computation.generation + GENERATION_BLOCK, MAX_GENERATION))
-        step.update(pending_change=PendingChange(computation, config, event.request, step.now,
-                                                 RecordKind.PARTITION_CHANGE, event.change))  # fmt: skip
-        step.emit(Save(saved_state(config, reserved)))
+        self._propose(step, PendingChange(computation, config, event.request, step.now,
+                                          RecordKind.PARTITION_CHANGE, event.change))  # fmt: skip
 
     # --- adaptive routing ----------------------------------------------------------------------------------
 
-    def _counters(self, step: _Builder, event: CountersSampled) -> None:
+    def _counters(self, step: Builder, event: CountersSampled) -> None:
         """A counter sample: utilisation per switch port; under an adaptive policy, slot moves for every
         slot table with a hot port (or back towards even weights), rolled out as one change."""
         state = step.state
@@ -663,37 +575,6 @@ class FabricCore:
                       reason=reason, moves=decision.moves, policy="adaptive")  # fmt: skip
 
 
-def changed_destinations(previous: Computation | None, current: Computation) -> int | None:
-    """How many destination LIDs have a different port on at least one switch (None: not comparable)."""
-    if current.changed_lids is not None:  # incremental recompute: only destinations that used the failure
-        return len(current.changed_lids)
-    if previous is None:
-        return None
-    old, new = previous.tables, current.tables
-    if old.subnet.switch_names != new.subnet.switch_names or old.lft.shape != new.lft.shape:
-        return None
-    return int(np.count_nonzero((old.lft != new.lft).any(axis=0)))
-
-
-def dry_run(context: SubnetContext, state: FabricState, engine: str | None, options: Any) -> dict[str, Any]:
-    """What a routing change would do, computed from a published state without changing anything."""
-    config = Config(engine or state.config.engine, options or state.config.options,
-                    partitions=state.config.partitions)  # fmt: skip
-    computation = context.compute(config.engine, config.options, state.ports_down, state.generation + 1,
-                                  state.current, partitions=state.config.partitions)  # fmt: skip
-    installed: dict[str, SwitchProgram | None] = {
-        n: p for n, p in state.installed.items() if n in state.connected
-    }
-    deltas = rollout(installed, computation.programs)
-    return {
-        "dry_run": True,
-        "engine": computation.engine,
-        "verification_ok": computation.verification.ok,
-        "switches_changed": len(deltas),
-        "flow_mods": sum(d.n_messages for d in deltas.values()),
-    }
-
-
 def _ms(start: float, end: float) -> float:
     return round((end - start) * 1000.0, 2)
 
@@ -707,6 +588,7 @@ __all__ = [
     "StateNotSaved",
     "Step",
     "changed_destinations",
+    "config_of",
     "dry_run",
     "saved_state",
 ]
