@@ -96,7 +96,9 @@ def _dev_drops(proc_net_dev: str) -> dict[str, int]:
         name, _, numbers = line.partition(":")
         cols = numbers.split()
         if len(cols) >= 12 and name.strip() != "lo":
-            drops[name.strip()] = int(cols[3]) + int(cols[11])
+            # transmit drops only: a host's rx_dropped also counts frames no protocol wanted (the
+            # controller's LLDP probes reach every host port), which are no loss of the emulator's
+            drops[name.strip()] = int(cols[11])
     return drops
 
 
@@ -128,9 +130,7 @@ def snapshot(switch_interfaces: Iterable[str], hosts: Sequence[HostNs]) -> Count
     for name in ours:
         stats = Path("/sys/class/net") / name / "statistics"
         try:
-            counters.interface_drops[name] = sum(
-                int((stats / f).read_text()) for f in ("rx_dropped", "tx_dropped")
-            )
+            counters.interface_drops[name] = int((stats / "tx_dropped").read_text())  # see _dev_drops
         except OSError:
             continue  # gone (a run that tore down early): no counter, not a drop
     tc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=False)
@@ -175,6 +175,7 @@ def assess(
     received_packets: int | None = None,
     fault_window_losses: int = 0,
     tx_buffer_peak: float | None = None,
+    delay_bound_ms: float = DELAY_BOUND_MS,
 ) -> dict[str, Any]:
     """The headroom verdict of one run (see the module docstring).  `faulted_interfaces` are interfaces
     (switch ports as named in the root namespace, host ports as `host/intf`) of links cut by faults;
@@ -184,7 +185,9 @@ def assess(
     With `received_packets`, packets are also conserved: what was sent and neither arrived nor was dropped
     by a shaped (modelled) link, a cut cable (`fault_window_losses`: lost right after a fault) or a counted
     emulator drop was lost inside the emulator all the same ("unaccounted": OVS drops some packets under
-    CPU starvation without any counter saying so).  `tx_buffer_peak` is `TxBufferSampler`'s reading."""
+    CPU starvation without any counter saying so).  `tx_buffer_peak` is `TxBufferSampler`'s reading.
+    `delay_bound_ms`: the probe delay the modelled links themselves may cause (`modelled_delay_bound_ms`;
+    slow scaled links serialise a packet in milliseconds per hop), beyond which it is the emulator's."""
     faulted = set(faulted_interfaces)
 
     def split(b: Mapping[str, int], a: Mapping[str, int]) -> tuple[int, int]:
@@ -215,10 +218,10 @@ def assess(
             f"clean is <= {100 * CLEAN_LOSS:g} %)"
         )
     congested = shaped > 0
-    if latency_p99_ms is not None and latency_p99_ms > DELAY_BOUND_MS and not congested:
+    if latency_p99_ms is not None and latency_p99_ms > delay_bound_ms and not congested:
         reasons.append(
             f"probes were delayed {latency_p99_ms:.1f} ms at p99 on uncongested links "
-            f"(bound {DELAY_BOUND_MS:g} ms)"
+            f"(bound {delay_bound_ms:g} ms)"
         )
     result: dict[str, Any] = {
         "emulator_overloaded": bool(reasons),
@@ -245,6 +248,19 @@ def assess(
         if offered_pps is not None:
             result["offered_vs_capacity"] = round(capacity_ratio(offered_pps, capacity), 3)
     return result
+
+
+def modelled_delay_bound_ms(
+    link_mbps: float | None, packet_bytes: int, hops: int, buffer_packets: int | None
+) -> float:
+    """The one-way delay a path of `hops` shaped links may add without any congestion drop: each hop
+    serialises the packet and may hold a full buffer ahead of it (`buffer_packets`; without a configured
+    buffer, 100 packets are assumed), plus `DELAY_BOUND_MS` for the emulator's own work.  Unshaped links
+    (`link_mbps` None) add nothing."""
+    if link_mbps is None or link_mbps <= 0:
+        return DELAY_BOUND_MS
+    serialise_ms = (packet_bytes + 42) * 8 / (link_mbps * 1e3)  # UDP/IP/Ethernet headers
+    return DELAY_BOUND_MS + hops * serialise_ms * (1 + (buffer_packets or 100))
 
 
 class TxBufferSampler:
@@ -293,6 +309,7 @@ __all__ = [
     "TxBufferSampler",
     "assess",
     "capacity_ratio",
+    "modelled_delay_bound_ms",
     "snapshot",
     "tx_buffer_fill",
 ]

@@ -25,7 +25,13 @@ from controller.partitions_file import load_partitions
 from controller.sm.manager import SubnetManager
 from emulation import isolation, rocerun
 from emulation.controlproc import ControllerProcess
-from emulation.headroom import TxBufferSampler, assess, capacity_ratio, snapshot
+from emulation.headroom import (
+    TxBufferSampler,
+    assess,
+    capacity_ratio,
+    modelled_delay_bound_ms,
+    snapshot,
+)
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
 from emulation.qosreport import class_summary
@@ -190,7 +196,8 @@ def _run_once(
     headroom = assess(before, after, offered, faulted, max(p99s, default=None),
                       offered_load(scenario, flows), capacity, received_packets=received,
                       fault_window_losses=_fault_window_losses(flow_results, measured["faults"]),
-                      tx_buffer_peak=tx_buffer_peak)  # fmt: skip
+                      tx_buffer_peak=tx_buffer_peak,
+                      delay_bound_ms=_delay_bound_ms(scenario, flows))  # fmt: skip
     return {
         "repetition": rep + 1,
         "timings_s": timings,
@@ -346,6 +353,17 @@ def _faulted_interfaces(scenario: Scenario, net: MininetFabric) -> list[str]:
             for number in sorted(r.port for r in scenario.fabric.port_map if r.node == fault.switch):
                 found += net.cable_interfaces(fault.switch, number)
     return found
+
+
+def _delay_bound_ms(scenario: Scenario, flows: list[FlowPlan]) -> float:
+    """What the slowest shaped link may add to a probe's delay on the longest path (see
+    `headroom.modelled_delay_bound_ms`)."""
+    fabric = scenario.fabric
+    slowest = min((link.bw_gbps for link in fabric.links), default=None)
+    mbps = scenario.scale.mbps(slowest) if scenario.scale is not None and slowest is not None else None
+    size = max((f.size_bytes for f in flows), default=64)
+    hops = 2 * max(1, Tiers(fabric).top)  # up to the top tier and down again
+    return modelled_delay_bound_ms(mbps, size, hops, scenario.spec.buffer_packets)
 
 
 def _fault_window_losses(flows: list[dict[str, Any]], faults: list[dict[str, Any]]) -> int:

@@ -263,6 +263,7 @@ def test_an_overloaded_emulator_says_so_and_by_how_much(
     asked = float(found[1])  # per host: one flow each
     # fast links and small packets: the load is packets for the emulator, not bytes for the links
     text = re.sub(r"scale: \S+", "scale: 400G=200M", text).replace("size_bytes: 1000", "size_bytes: 200")
+    text = re.sub(r"(?m)^(buffer_packets|burst_bytes):.*$", "", text)  # default queues: no modelled drops
     path.write_text(scale_rates(text, per_host / asked) + "\n")
     scenario = load_scenario(path)
     summary = run_scenario(scenario, tmp_path / "results", capacity=k4_capacity)

@@ -3,6 +3,7 @@ are seeded (same seed, same flows)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,15 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml")))
+#: Scenario files (scenarios/ also holds the QoS policy files they name, checked by tests/test_qos_policy.py).
+SCENARIOS = sorted(
+    p.name
+    for p in (ROOT / "scenarios").glob("*.yaml")
+    if re.search(r"^traffic:", p.read_text(encoding="utf-8"), re.M)
+)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
 def test_shipped_scenarios_are_valid(name: str) -> None:
     scenario = load_scenario(ROOT / "scenarios" / name)
     assert scenario.spec.traffic and scenario.spec.duration_s > max(
