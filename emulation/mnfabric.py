@@ -312,10 +312,7 @@ class MininetFabric:
             self.timings["mininet_build_s"] = time.perf_counter() - start
             net.start()
             self._configure()
-            if self.scale is not None:
-                self._shape(self.scale)
-            if self.qos is not None and self.scale is not None:
-                self._apply_qos(self.scale)
+            self._shape_links()
         except BaseException:
             self.stop()
             raise
@@ -367,14 +364,18 @@ class MininetFabric:
         try:
             lightnet.build(hosts, cables, bridges, self.group, setup, self.mtu, step)
             self.timings["mininet_build_s"] = time.perf_counter() - start
-            if self.scale is not None:
-                self._shape(self.scale)
-            if self.qos is not None and self.scale is not None:
-                self._apply_qos(self.scale)
+            self._shape_links()
         except BaseException:
             self.stop()
             raise
         self.timings["mininet_start_s"] = time.perf_counter() - start
+
+    def _shape_links(self) -> None:
+        """Links shaped to the scale, then the QoS policy's queues on the switch ports (both need a scale)."""
+        if self.scale is not None:
+            self._shape(self.scale)
+            if self.qos is not None:
+                self._apply_qos(self.scale)
 
     def _configure(self) -> None:
         """Every interface: no IPv6 (else the kernel's router solicitations, MLD reports and DAD probes reach

@@ -15,8 +15,9 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from controller.partitions_file import load_partitions
 from controller.qosfile import load_policy
@@ -35,6 +36,8 @@ from emulation.session import UpOptions, run_up
 from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, integer, load_fabric
 from fabriclab.cli.policy import add_policy_options, choose, option_error, policy_argv, policy_overrides
 from fabriclab.cli.progress import console_progress
+
+T = TypeVar("T")
 
 
 def register(commands: Any) -> None:
@@ -156,6 +159,22 @@ def _prerequisites() -> OvsDaemon:
     return daemon
 
 
+def _emulated(work: Callable[[], T], not_ready: str) -> T | None:
+    """Run `work` with Open vSwitch started if it was not (and stopped again after), SIGTERM and Ctrl-C
+    turned into a clean stop: its result, or None when it was stopped (the caller exits 130)."""
+    daemon = _prerequisites()
+    stop_on_signals()
+    try:
+        return work()
+    except WaitTimeout as exc:
+        raise CliError(f"{not_ready}: {exc}") from None
+    except Stopped:
+        print("stopped: the fabric and controller were torn down", file=sys.stderr)
+        return None
+    finally:
+        daemon.stop_if_started()
+
+
 def scenario_check(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.file)
     flows = scenario.flows()
@@ -178,18 +197,14 @@ def scenario_run(args: argparse.Namespace) -> int:
     capacity = calibration.load(scenario.fabric.name)
     for warning in capacity_warnings(scenario, capacity):
         print(f"warning: {warning}", file=sys.stderr)
-    daemon = _prerequisites()
-    stop_on_signals()
-    try:
+
+    def run() -> dict[str, Any]:
         with console_progress() as progress:
-            summary = run_scenario(scenario, args.output, progress, capacity)
-    except WaitTimeout as exc:
-        raise CliError(f"controller not ready (see controller.log under {args.output}): {exc}") from None
-    except Stopped:
-        print("stopped: the fabric and controller were torn down", file=sys.stderr)
+            return run_scenario(scenario, args.output, progress, capacity)
+
+    summary = _emulated(run, f"controller not ready (see controller.log under {args.output})")
+    if summary is None:
         return 130
-    finally:
-        daemon.stop_if_started()
     for rep in summary["repetitions"]:
         lost = sum(f["lost"] for f in rep["flows"])
         worst = max((w["loss_window_ms"] for w in rep["loss_windows"]), default=0.0)
@@ -220,20 +235,16 @@ def emulate_calibrate(args: argparse.Namespace) -> int:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(f"--output: cannot create {output.parent}: {exc.strerror or exc}") from None
-    daemon = _prerequisites()
-    stop_on_signals()
-    try:
+
+    def run() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="fabriclab-calibrate-") as work:
-            result = calibration.calibrate(
+            return calibration.calibrate(
                 args.topology.resolve(), fabric, Path(work), scale, args.step_s, progress=print
             )
-    except WaitTimeout as exc:
-        raise CliError(f"controller not ready: {exc}") from None
-    except Stopped:
-        print("stopped: the fabric and controller were torn down", file=sys.stderr)
+
+    result = _emulated(run, "controller not ready")
+    if result is None:
         return 130
-    finally:
-        daemon.stop_if_started()
     try:
         calibration.save(result, output)
     except OSError as exc:
@@ -265,18 +276,14 @@ def compare_policies(args: argparse.Namespace) -> int:
         if problem is not None:
             raise CliError(f"--policies: {problem.message}")
     capacity = _capacity(args.capacity) if args.capacity else calibration.load(scenario.fabric.name)
-    daemon = _prerequisites()
-    stop_on_signals()
-    try:
+
+    def run() -> dict[str, Any]:
         with console_progress() as progress:
-            summary = run_compare(scenario, policies, args.output, progress, capacity)
-    except WaitTimeout as exc:
-        raise CliError(f"controller not ready (see controller.log under {args.output}): {exc}") from None
-    except Stopped:
-        print("stopped: the fabric and controller were torn down", file=sys.stderr)
+            return run_compare(scenario, policies, args.output, progress, capacity)
+
+    summary = _emulated(run, f"controller not ready (see controller.log under {args.output})")
+    if summary is None:
         return 130
-    finally:
-        daemon.stop_if_started()
     for policy, f in summary["policies"].items():
         print(
             f"{policy:9} completion {f['completion_s']} s, goodput {f['aggregate_goodput_mbps']} Mb/s, "
