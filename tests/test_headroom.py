@@ -46,7 +46,9 @@ CAPACITY = {"per_host_pps": 350.0, "total_pps": 5600.0, "senders": 16}
 
 def test_counters_are_read_as_the_kernel_prints_them() -> None:
     assert _socket_drops(SS) == {"r12s0-eth4": 0, "r12s0-eth2": 2786}  # unbound sockets are nobody's port
-    assert _dev_drops(PROC_NET_DEV) == {"r12h0-eth0": 4}  # tx drop only (rx drop counts unwanted LLDP), not lo
+    assert _dev_drops(PROC_NET_DEV) == {
+        "r12h0-eth0": 4
+    }  # tx drop only (rx drop counts unwanted LLDP), not lo
     assert _udp_rcvbuf_errors(SNMP) == 5
     assert _qdisc_drops(TC, {"r12s0-eth4"}) == {"r12s0-eth4": 3}  # HTB only, our interfaces only
     assert _qdisc_drops("not json", None) == {}
