@@ -17,10 +17,11 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from controller.core.fabric import StateNotSaved, dry_run
+from controller.core.fabric import dry_run
 from controller.observe.web import Observability, mount
 from controller.qosstate import QosStore
 from controller.rest import models
+from controller.rest.changes import run_change
 from controller.rest.common import (
     API,
     ApiError,
@@ -31,13 +32,12 @@ from controller.rest.common import (
 )
 from controller.rest.pkeys import mount_pkeys
 from controller.rest.qos import mount_qos
-from controller.service import Busy, FabricService, Published
+from controller.service import FabricService, Published
 from controller.sm.engines import UnknownEngine
 from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import UnknownSwitch
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, class_map, default_policies
 from controller.sm.tables import RouteError
-from topologies.errors import InputError
 
 #: Dry runs computed at once on REST threads; more get 503 (each can take seconds on a large fabric).
 MAX_CONCURRENT_DRY_RUNS = 2
@@ -216,15 +216,9 @@ def create_app(
         if update.dry_run:
             return await dry_run_or_503(pub, update.engine, options)
         try:
-            record = await run_in_threadpool(service.set_routing, update.engine, options)
+            record = await run_change(service.set_routing, update.engine, options)
         except UnknownEngine as exc:
             raise ApiError(400, str(exc), "engine") from None
-        except InputError as exc:
-            raise ApiError(422, str(exc), exc.field) from None
-        except Busy as exc:
-            raise ApiError(503, str(exc), None, {"Retry-After": str(exc.retry_after_s)}) from None
-        except StateNotSaved as exc:
-            raise ApiError(500, str(exc), None) from None
         return models.EventView(**record)
 
     @app.get(f"{API}/routing/policy", response_model=models.PolicyView, responses=_errors(503))
@@ -266,14 +260,7 @@ def create_app(
         if update.dry_run:
             options = replace(config.options, policy=choice.name, multipath=False, classes=choice.classes)
             return await dry_run_or_503(pub, None, options)
-        try:
-            record = await run_in_threadpool(service.set_policy, choice)
-        except InputError as exc:
-            raise ApiError(422, str(exc), exc.field) from None
-        except Busy as exc:
-            raise ApiError(503, str(exc), None, {"Retry-After": str(exc.retry_after_s)}) from None
-        except StateNotSaved as exc:
-            raise ApiError(500, str(exc), None) from None
+        record = await run_change(service.set_policy, choice)
         return models.EventView(**record)
 
     async def dry_run_or_503(pub: Published, engine: str | None, options: ForwardingOptions) -> Any:

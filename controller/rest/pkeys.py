@@ -24,11 +24,10 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from pydantic import BaseModel, ConfigDict
-from starlette.concurrency import run_in_threadpool
 
-from controller.core.fabric import StateNotSaved
+from controller.rest.changes import run_change
 from controller.rest.common import API, ApiError, ErrorBody, parse_body, require_token_dependency
-from controller.service import Busy, FabricService, Published
+from controller.service import FabricService, Published
 from controller.sm.partitions import (
     DEFAULT_PKEY,
     Member,
@@ -116,14 +115,7 @@ def mount_pkeys(app: FastAPI, service: FabricService, token: str | None) -> None
         return service.snapshot()
 
     async def apply(new: Partitions, change: str, pkey: int) -> dict[str, Any]:
-        try:
-            record = await run_in_threadpool(service.set_partitions, new, change)
-        except InputError as exc:
-            raise ApiError(422, str(exc), exc.field) from None
-        except Busy as exc:
-            raise ApiError(503, str(exc), None, {"Retry-After": str(exc.retry_after_s)}) from None
-        except StateNotSaved as exc:
-            raise ApiError(500, str(exc), None) from None
+        record = await run_change(service.set_partitions, new, change)
         after = snap().state.config.partitions
         shown = after.get(pkey) if after is not None else None
         return {"partition": shown.as_dict() if shown is not None else None, "event": record}

@@ -1,0 +1,30 @@
+"""Operator changes through the service, as REST answers: the one place where a change's failures become
+status codes (bad input 422 naming the field, a busy worker 503 with Retry-After, state that could not be
+saved 500 — nothing changed in every case)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from controller.core.fabric import StateNotSaved
+from controller.rest.common import ApiError
+from controller.service import Busy
+from topologies.errors import InputError
+
+
+async def run_change(change: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """`change(*args)` on a worker thread (it waits for the rollout), its record or the ApiError."""
+    try:
+        return await run_in_threadpool(change, *args)
+    except InputError as exc:
+        raise ApiError(422, str(exc), exc.field) from None
+    except Busy as exc:
+        raise ApiError(503, str(exc), None, {"Retry-After": str(exc.retry_after_s)}) from None
+    except StateNotSaved as exc:
+        raise ApiError(500, str(exc), None) from None
+
+
+__all__ = ["run_change"]
