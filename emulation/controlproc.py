@@ -59,22 +59,25 @@ class ControllerProcess(ControllerClient):
         host: str = "127.0.0.1",
         of_port: int | None = None,
         api_port: int | None = None,
+        of_host: str | None = None,
     ) -> None:
-        """Free ports on `host` unless given (a user's --openflow/--api)."""
+        """Free ports on `host` unless given (a user's --openflow/--api).  `of_host`: the OpenFlow
+        listener's address, if not `host` (a sharded fabric's switches dial it from their namespaces)."""
         super().__init__(host, api_port or free_port())
+        self.of_host = of_host or host
         self.of_port = of_port or free_port()
         self.topology, self.state_dir, self.log, self.extra = topology, state_dir, log, extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def openflow(self) -> str:
-        return f"tcp:{self.host}:{self.of_port}"
+        return f"tcp:{self.of_host}:{self.of_port}"
 
     def start(self, env: dict[str, str] | None = None) -> None:
         argv = [
             sys.executable, "-m", "fabriclab", "controller",
             "--topology", str(self.topology), "--state-dir", str(self.state_dir),
-            "--openflow", f"{self.host}:{self.of_port}", "--api", f"{self.host}:{self.api_port}",
+            "--openflow", f"{self.of_host}:{self.of_port}", "--api", f"{self.host}:{self.api_port}",
             *self.extra,
         ]  # fmt: skip
         with self.log.open("ab") as log:

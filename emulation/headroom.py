@@ -121,20 +121,35 @@ def _read_host(host: HostNs) -> tuple[str, str]:
     return host.name, done.stdout
 
 
-def snapshot(switch_interfaces: Iterable[str], hosts: Sequence[HostNs]) -> Counters:
-    """Read every counter of a fabric: its switch ports (root namespace) and its hosts' namespaces."""
+def snapshot(
+    switch_interfaces: Iterable[str], hosts: Sequence[HostNs], switch_ns: Sequence[HostNs] = ()
+) -> Counters:
+    """Read every counter of a fabric: its switch ports (root namespace, and the shard namespaces
+    `switch_ns` of a sharded fabric) and its hosts' namespaces."""
     ours = set(switch_interfaces)
     counters = Counters()
-    ss = subprocess.run(["ss", "-0", "-m", "-n", "-H"], capture_output=True, text=True, check=False).stdout
-    counters.socket_drops = {k: v for k, v in _socket_drops(ss).items() if k in ours}
-    for name in ours:
-        stats = Path("/sys/class/net") / name / "statistics"
-        try:
-            counters.interface_drops[name] = int((stats / "tx_dropped").read_text())  # see _dev_drops
-        except OSError:
-            continue  # gone (a run that tore down early): no counter, not a drop
-    tc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=False)
-    counters.shaped_drops = _qdisc_drops(tc.stdout, ours)
+    with ThreadPoolExecutor(8) as pool:
+        for _, out in pool.map(_read_host, switch_ns):
+            parts = out.split(_SECTION + "\n")
+            if len(parts) < 4:
+                continue
+            _, dev, ss_shard, tc_shard = parts[:4]
+            counters.socket_drops.update({k: v for k, v in _socket_drops(ss_shard).items() if k in ours})
+            counters.interface_drops.update({k: v for k, v in _dev_drops(dev).items() if k in ours})
+            counters.shaped_drops.update(_qdisc_drops(tc_shard, ours))
+    if not switch_ns:  # every switch port in this namespace
+        ss = subprocess.run(
+            ["ss", "-0", "-m", "-n", "-H"], capture_output=True, text=True, check=False
+        ).stdout
+        counters.socket_drops = {k: v for k, v in _socket_drops(ss).items() if k in ours}
+        for name in ours:
+            stats = Path("/sys/class/net") / name / "statistics"
+            try:
+                counters.interface_drops[name] = int((stats / "tx_dropped").read_text())  # see _dev_drops
+            except OSError:
+                continue  # gone (a run that tore down early): no counter, not a drop
+        tc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=False)
+        counters.shaped_drops = _qdisc_drops(tc.stdout, ours)
     with ThreadPoolExecutor(8) as pool:
         for name, out in pool.map(_read_host, hosts):
             parts = out.split(_SECTION + "\n")

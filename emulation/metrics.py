@@ -70,11 +70,35 @@ def read_net_dev(path: Path = Path("/proc/net/dev")) -> dict[str, list[int]]:
     return result
 
 
-def read_shapers() -> dict[str, dict[str, int]]:
+@dataclass(frozen=True)
+class SwitchDaemon:
+    """Where an emulator's switches run: a network namespace (None: this process's) and the pidfile and
+    control socket of its ovs-vswitchd (None: the system's).  A sharded fabric has one per shard."""
+
+    netns: str | None = None
+    pidfile: Path | None = None
+    ctl: str | None = None
+
+    def net_dev(self) -> dict[str, list[int]]:
+        if self.netns is None:
+            return read_net_dev()
+        pid = _pid(self.pidfile)
+        return read_net_dev(Path(f"/proc/{pid}/net/dev")) if pid is not None else {}
+
+
+def _pid(pidfile: Path | None) -> int | None:
+    try:
+        return int((pidfile or VSWITCHD_PID).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def read_shapers(netns: str | None = None) -> dict[str, dict[str, int]]:
     """Root qdisc statistics per interface (`tc -s -j qdisc show`): drops, backlog, packets."""
     done = subprocess.run(
-        ["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=False, timeout=10
-    )
+        ["tc", *(["-n", netns] if netns else []), "-s", "-j", "qdisc", "show"],
+        capture_output=True, text=True, check=False, timeout=10,
+    )  # fmt: skip
     if done.returncode != 0 or not done.stdout.strip():
         return {}
     result = {}
@@ -87,12 +111,13 @@ def read_shapers() -> dict[str, dict[str, int]]:
 _COVERAGE = re.compile(r"^datapath_drop_(\w+)\s.*total:\s*(\d+)\s*$")
 
 
-def read_datapath_drops() -> dict[str, int]:
+def read_datapath_drops(ctl: str | None = None) -> dict[str, int]:
     """Open vSwitch's datapath drop counters by reason (only those that ever counted are listed)."""
     try:
         done = subprocess.run(
-            ["ovs-appctl", "coverage/show"], capture_output=True, text=True, check=False, timeout=10
-        )
+            ["ovs-appctl", *(["-t", ctl] if ctl else []), "coverage/show"],
+            capture_output=True, text=True, check=False, timeout=10,
+        )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return {}
     drops = {}
@@ -103,9 +128,9 @@ def read_datapath_drops() -> dict[str, int]:
     return drops
 
 
-def vswitchd_cpu_seconds() -> float | None:
+def vswitchd_cpu_seconds(pidfile: Path | None = None) -> float | None:
     try:
-        pid = int(VSWITCHD_PID.read_text().strip())
+        pid = int((pidfile or VSWITCHD_PID).read_text().strip())
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except (OSError, ValueError):
         return None
@@ -113,16 +138,24 @@ def vswitchd_cpu_seconds() -> float | None:
 
 
 class EmulatorCollector(Collector):
-    def __init__(self, ports: Sequence[SwitchPort], headroom: Sequence[HeadroomSource] = ()) -> None:
-        self.ports, self.headroom = list(ports), list(headroom)
+    def __init__(
+        self,
+        ports: Sequence[SwitchPort],
+        headroom: Sequence[HeadroomSource] = (),
+        daemons: Sequence[SwitchDaemon] = (SwitchDaemon(),),
+    ) -> None:
+        self.ports, self.headroom, self.daemons = list(ports), list(headroom), list(daemons)
 
     def add_headroom(self, source: HeadroomSource) -> None:
         self.headroom.append(source)
 
     def collect(self) -> Iterator[Metric]:
         labels = ["switch", "port", "tier"]
-        dev = read_net_dev()
-        shapers = read_shapers()
+        dev: dict[str, list[int]] = {}
+        shapers: dict[str, dict[str, int]] = {}
+        for daemon in self.daemons:
+            dev.update(daemon.net_dev())
+            shapers.update(read_shapers(daemon.netns))
         rows = [(p, dev[p.interface]) for p in self.ports if p.interface in dev]
         for direction, columns in (("receive", _RX), ("transmit", _TX)):
             for what, column in columns.items():
@@ -162,10 +195,15 @@ class EmulatorCollector(Collector):
             "Open vSwitch datapath drops by reason (the whole OVS instance: inside the emulator)",
             labels=["reason"],
         )
-        for reason, count in sorted(read_datapath_drops().items()):
+        reasons: dict[str, int] = {}
+        for daemon in self.daemons:
+            for reason, count in read_datapath_drops(daemon.ctl).items():
+                reasons[reason] = reasons.get(reason, 0) + count
+        for reason, count in sorted(reasons.items()):
             datapath.add_metric([reason], count)
         yield datapath
-        cpu = vswitchd_cpu_seconds()
+        cpus_s = [c for d in self.daemons if (c := vswitchd_cpu_seconds(d.pidfile)) is not None]
+        cpu = sum(cpus_s) if cpus_s else None
         if cpu is not None:
             family = CounterMetricFamily(
                 "fabriclab_emulator_vswitchd_cpu_seconds", "CPU time of ovs-vswitchd (rate 1.0 = a core busy)"
@@ -196,10 +234,12 @@ class EmulatorCollector(Collector):
 
 
 def emulator_registry(
-    ports: Sequence[SwitchPort], headroom: Sequence[HeadroomSource] = ()
+    ports: Sequence[SwitchPort],
+    headroom: Sequence[HeadroomSource] = (),
+    daemons: Sequence[SwitchDaemon] = (SwitchDaemon(),),
 ) -> tuple[CollectorRegistry, EmulatorCollector]:
     registry = CollectorRegistry()
-    collector = EmulatorCollector(ports, headroom)
+    collector = EmulatorCollector(ports, headroom, daemons)
     registry.register(collector)
     return registry, collector
 
@@ -208,6 +248,7 @@ __all__ = [
     "EmulatorCollector",
     "HeadroomReading",
     "HeadroomSource",
+    "SwitchDaemon",
     "SwitchPort",
     "emulator_registry",
     "read_net_dev",

@@ -35,6 +35,8 @@ from controller.sm.addressing import IPV4_PREFIX_LEN
 from emulation import lightnet, ovsdb
 from emulation.headroom import HostNs
 from emulation.mesh import Endpoint
+from emulation.metrics import SwitchDaemon
+from emulation.shards import SHARD_DIR, kill_leftover_daemons
 from topologies.model import Fabric
 from topologies.scale import Scale
 
@@ -118,6 +120,7 @@ def leftovers(names: Iterable[str]) -> list[str]:
     found += [f"link {n}" for n in _root_links() if _ours(n, ours)]
     found += [f"netns {n}" for n in lightnet.namespaces() if n in ours]
     found += [f"host process {pid} ({name})" for pid, name in sorted(host_shells(ours).items())]
+    found += [f"shard daemons {n}" for n in sorted(ours) if (SHARD_DIR / n).is_dir()]
     return found
 
 
@@ -129,6 +132,9 @@ def remove(names: Iterable[str], group: int | None = None) -> None:
     for pid in host_shells(ours):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+    for name in sorted(ours):  # a sharded run's switch daemons (see emulation.shards)
+        if (SHARD_DIR / name).is_dir():
+            kill_leftover_daemons(name)
     links = [n for n in _root_links() if _ours(n, ours)]
     lightnet.remove_by_name(ours & set(_bridges()), ours, links, group)
 
@@ -415,7 +421,7 @@ class MininetFabric:
         """HTB on both ends of every cable at the scaled speed, in one `tc -batch` for the root namespace
         and one command line per host: Mininet's TCLink runs several tc processes per interface and
         re-applies them after OVS starts (~60 s for a k=8 fat-tree; this takes a few seconds)."""
-        root: list[str] = []
+        root: dict[str, list[str]] = {}  # switch-side interface -> its tc lines
         per_host: dict[str, list[str]] = {}
         burst = f"{self.burst_bytes}b" if self.burst_bytes is not None else "64k"
         for link in self.fabric.links:
@@ -434,15 +440,8 @@ class MininetFabric:
                 if self.fabric.nodes[end.node].is_host:
                     per_host.setdefault(end.node, []).extend(lines)
                 else:
-                    root.extend(lines)
-        if root:
-            subprocess.run(
-                ["tc", "-batch", "-"],
-                input="\n".join(root) + "\n",
-                check=True,
-                capture_output=True,
-                text=True,
-            )
+                    root.setdefault(dev, []).extend(lines)
+        self._switch_tc(root)
         if not self.shells:
             try:
                 scripts = {self.names[h]: [f"tc {line}" for line in lines] for h, lines in per_host.items()}
@@ -454,6 +453,21 @@ class MininetFabric:
             out = self.node(host).cmd("; ".join(f"tc {line}" for line in lines) + "; echo rc=$?")
             if "rc=0" not in out:
                 raise EmulationError(f"shaping {host} failed: {out.strip()[-300:]}")
+
+    def _switch_tc(self, lines: Mapping[str, list[str]]) -> None:
+        """tc lines for switch-side interfaces (all in this namespace here; a sharded fabric's are not)."""
+        script = [line for dev_lines in lines.values() for line in dev_lines]
+        if script:
+            subprocess.run(["tc", "-batch", "-"], input="\n".join(script) + "\n", check=True,
+                           capture_output=True, text=True)  # fmt: skip
+
+    def switch_namespaces(self) -> list[HostNs]:
+        """Namespaces holding switch ports other than this one (none: every switch port is here)."""
+        return []
+
+    def switch_daemons(self) -> list[SwitchDaemon]:
+        """The ovs-vswitchd holding the switches: the system's."""
+        return [SwitchDaemon()]
 
     def _apply_qos(self, scale: Scale) -> None:
         """The QoS policy's queues on every switch port's egress (see `emulation.qos` for the design)."""

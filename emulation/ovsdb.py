@@ -174,6 +174,11 @@ class Ovsdb:
         ops = [{"op": "select", "table": table, "where": [], "columns": list(columns)}]
         return list(self.transact(ops)[0]["rows"])
 
+    def applied(self) -> bool:
+        """Whether ovs-vswitchd has applied the database as it is now (`cur_cfg` reached `next_cfg`)."""
+        row = self.select("Open_vSwitch", ["cur_cfg", "next_cfg"])[0]
+        return bool(row["cur_cfg"] >= row["next_cfg"])
+
     def wait_applied(self, timeout_s: float = 300.0) -> None:
         """Until ovs-vswitchd has applied the database as it is now (`cur_cfg` reaches `next_cfg`)."""
         deadline = time.monotonic() + timeout_s

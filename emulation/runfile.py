@@ -94,8 +94,9 @@ def stop_controller(pid: int | None, wait_s: float = 10.0) -> bool:
 
 
 def prefix_pattern(prefix: str) -> re.Pattern[str]:
-    """Node names a `--name-prefix` run uses: `{prefix}s<i>` and `{prefix}h<i>`, exactly."""
-    return re.compile(rf"{re.escape(prefix)}[sh]\d+")
+    """Node names a `--name-prefix` run uses: `{prefix}s<i>` and `{prefix}h<i>`, exactly, and a sharded
+    run's shard namespaces `{prefix}x<i>`, control hub `{prefix}xc` and underlay `{prefix}xu`."""
+    return re.compile(rf"{re.escape(prefix)}(?:[shx]\d+|xc|xu)")
 
 
 __all__ = [

@@ -37,6 +37,7 @@ from emulation.mnfabric import MininetFabric
 from emulation.qosreport import class_summary
 from emulation.report import write_outputs
 from emulation.scenario import FlowPlan, Scenario, ScenarioError, emulator_refuses
+from emulation.sharded import ShardedFabric
 from topologies.tiers import Tiers
 
 BASE_PORT = 6000
@@ -84,11 +85,16 @@ def run_scenario(
     progress: Progress | None = None,
     capacity: dict[str, Any] | None = None,
     write: bool = True,
+    shards: int = 1,
+    crossing: str = "veth",
 ) -> dict[str, Any]:
     """Run every repetition and write the results folder (unless `write` is False: a comparison writes its
     own).  `capacity` is the fabric's calibration (`emulation.calibrate`), if there is one: the load asked
-    for is compared with it."""
+    for is compared with it.  `shards`/`crossing`: the fabric on several ovs-vswitchd
+    (`emulation.sharded`)."""
     refused = emulator_refuses(scenario)
+    if shards > 1 and (scenario.partitions_file is not None or scenario.qos is not None):
+        refused = "partitions and QoS queues are not supported on a sharded fabric yet"
     if refused:  # before anything is built or written
         raise ScenarioError(refused, file=str(scenario.file))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -101,7 +107,8 @@ def run_scenario(
             total = scenario.spec.repetitions
             progress((rep + fraction) / total, f"rep {rep + 1}/{total}: {what}")
 
-        reps.append(_run_once(scenario, rep, out_dir / f"rep{rep + 1}", rep_progress, capacity))
+        reps.append(_run_once(scenario, rep, out_dir / f"rep{rep + 1}", rep_progress, capacity,
+                              (shards, crossing)))  # fmt: skip
     overloaded = [r["repetition"] for r in reps if r["headroom"]["emulator_overloaded"]]
     summary = {
         "scenario": scenario.spec.name,
@@ -111,6 +118,7 @@ def run_scenario(
         "controller": scenario.spec.controller.model_dump(),
         "scale": scenario.spec.scale,
         "duration_s": scenario.spec.duration_s,
+        "shards": {"count": shards, "crossing": crossing} if shards > 1 else None,
         "emulator_overloaded": bool(overloaded),
         "overloaded_repetitions": overloaded,
         "capacity": capacity,
@@ -130,7 +138,12 @@ def run_name_prefix() -> str:
 
 
 def _run_once(
-    scenario: Scenario, rep: int, work: Path, progress: Progress, capacity: dict[str, Any] | None
+    scenario: Scenario,
+    rep: int,
+    work: Path,
+    progress: Progress,
+    capacity: dict[str, Any] | None,
+    sharding: tuple[int, str] = (1, "veth"),
 ) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     spec, fabric = scenario.spec, scenario.fabric
@@ -145,14 +158,30 @@ def _run_once(
     args += ["--partitions", str(scenario.partitions_file)] if scenario.partitions_file is not None else []
     topology = (scenario.file.parent / spec.topology).resolve()
     args += ["--qos", str((scenario.file.parent / spec.qos).resolve())] if spec.qos is not None else []
-    ctl = ControllerProcess(topology, work / "state", work / "controller.log", *args)
+    kwargs: dict[str, Any] = {
+        "scale": scenario.scale,
+        "name_prefix": run_name_prefix(),
+        "qos": scenario.qos,
+        "buffer_packets": spec.buffer_packets,
+        "burst_bytes": spec.burst_bytes,
+    }
+    of_host: str | None = None
+    if sharding[0] > 1:
+        sharded = ShardedFabric(fabric, addresses, *sharding, **kwargs)
+        net: MininetFabric = sharded
+        of_host = sharded.prepare_control()  # the controller listens on the shards' network
+    else:
+        net = MininetFabric(fabric, addresses, **kwargs)
+    ctl = ControllerProcess(topology, work / "state", work / "controller.log", *args, of_host=of_host)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     progress(0.0, "starting controller")
-    ctl.start()
-    net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scenario.scale,
-                        name_prefix=run_name_prefix(), buffer_packets=spec.buffer_packets,
-                        burst_bytes=spec.burst_bytes, qos=scenario.qos)  # fmt: skip
+    try:
+        ctl.start()
+    except BaseException:
+        net.stop()
+        raise
+    net.controller = ctl.openflow
     try:
         progress(0.02, "building the fabric")
         try:
@@ -170,13 +199,13 @@ def _run_once(
         drops_before = isolation.read_drops(net) if partitions is not None else {}
         placement = {f.name: _placement(ctl, f) for f in flows}
         since = int(ctl.get("events")[-1]["id"]) if ctl.get("events") else 0
-        before = snapshot(net.switch_interfaces(), net.headroom_hosts())
+        before = snapshot(net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces())
         sampler = TxBufferSampler()
         try:
             measured = _traffic_and_faults(scenario, net, ctl, flows, progress, work)
         finally:
             tx_buffer_peak = sampler.stop()
-        after = snapshot(net.switch_interfaces(), net.headroom_hosts())
+        after = snapshot(net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces())
         for host, drops in measured["receiver_socket_drops"].items():  # their sockets are closed by now
             after.host_socket_drops[host] = after.host_socket_drops.get(host, 0) + drops
         faulted = _faulted_interfaces(scenario, net)

@@ -26,6 +26,7 @@ from emulation.lifecycle import deferred
 from emulation.mesh import check_all_pairs
 from emulation.metrics import HeadroomSource, SwitchPort, emulator_registry
 from emulation.mnfabric import MininetFabric, Scale
+from emulation.sharded import ShardedFabric
 from topologies.model import Fabric
 from topologies.tiers import Tiers
 
@@ -56,6 +57,10 @@ class UpOptions:
     policy_args: tuple[str, ...] = ()
     #: QoS policy file: given to the controller this starts, realised on every switch port (`emulation.qos`).
     qos: Path | None = None
+    #: Switches on this many ovs-vswitchd instances (`emulation.shards`); 1: the system's OVS.
+    shards: int = 1
+    #: Cables between shards: "veth" or "vxlan".
+    crossing: str = "veth"
 
 
 def apply_fault(net: MininetFabric, action: str, target: str) -> str:
@@ -117,7 +122,7 @@ def serve_faults(
     figures to export (see `emulation.metrics.HeadroomSource`)."""
     from emulation.api import create_app  # noqa: PLC0415  (FastAPI only when serving)
 
-    registry, _ = emulator_registry(switch_ports(net), headroom)
+    registry, _ = emulator_registry(switch_ports(net), headroom, net.switch_daemons())
     origins = page_origins(*controller_api) if controller_api is not None else []
     counters = net.qos_counters if net.qos is not None else None
     app = create_app(lambda action, target: apply_fault(net, action, target), summary, token, address,
@@ -151,25 +156,34 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
     server: BackgroundServer | None = None
     start = time.perf_counter()
     prefix = run_prefix(options)
+    qos = load_policy(options.qos, fabric) if options.qos is not None else None
+    kwargs: dict[str, Any] = {"scale": options.scale, "mtu": options.mtu, "name_prefix": prefix, "qos": qos}
+    if options.shards > 1:
+        net: MininetFabric = ShardedFabric(fabric, addresses, options.shards, options.crossing, **kwargs)
+    else:
+        net = MininetFabric(fabric, addresses, shells=options.interactive, **kwargs)
+    # Recorded before anything is built (a sharded fabric builds its control network first).
+    runfile.write(runfile.RunRecord(prefix, net.node_names, net.group, os.getpid(), None, time.time()))
     try:
         target = options.controller
         if target is None:
-            (api_host, api_port), (_, of_port) = options.api, options.openflow
+            (api_host, api_port), (of_host, of_port) = options.api, options.openflow
+            if isinstance(net, ShardedFabric):  # the shards reach it on their management network
+                of_host = net.prepare_control()
             scaled = ["--capacity-scale", str(options.scale)] if options.scale is not None else []
             ctl = ControllerProcess(options.topology.resolve(), Path(".fabriclab-state"),
                                     Path("controller.log"), "--engine", options.engine, *scaled,
                                     *options.policy_args,
                                     *(["--qos", str(options.qos.resolve())] if options.qos else []),
-                                    host=api_host, of_port=of_port, api_port=api_port)  # fmt: skip
+                                    host=api_host, of_port=of_port, api_port=api_port,
+                                    of_host=of_host)  # fmt: skip
             ctl.start()
             target = ctl.openflow
             say(
                 f"controller: REST http://{api_host}:{api_port}/api/v1, "
                 f"live view http://{api_host}:{api_port}/ (log: controller.log)"
             )
-        qos = load_policy(options.qos, fabric) if options.qos is not None else None
-        net = MininetFabric(fabric, addresses, controller=target, scale=options.scale, mtu=options.mtu,
-                            name_prefix=prefix, shells=options.interactive, qos=qos)  # fmt: skip
+        net.controller = target
         controller_pid = ctl.proc.pid if ctl is not None and ctl.proc is not None else None
         runfile.write(runfile.RunRecord(prefix, net.node_names, net.group, os.getpid(), controller_pid,
                                         time.time()))  # fmt: skip
@@ -179,7 +193,10 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                     net.start()
             else:  # lightnet can: a signal stops the build where it is, teardown removes by name
                 net.start()
-            say(f"fabric: {fabric.summary()}; Mininet up in {time.perf_counter() - start:.1f} s")
+            built = "sharded fabric" if isinstance(net, ShardedFabric) else "Mininet"
+            say(f"fabric: {fabric.summary()}; {built} up in {time.perf_counter() - start:.1f} s")
+            if isinstance(net, ShardedFabric):
+                say(net.describe())
             client = ctl or (ControllerClient(*options.controller_api) if options.controller_api else None)
             if client is not None:
                 client.ready(len(fabric.switches), timeout_s=options.ready_timeout_s)
@@ -214,6 +231,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
             net.stop()
             say(f"fabric removed in {time.perf_counter() - stopping:.1f} s")
     finally:
+        net.stop()  # (done already unless the controller failed to start after the shards' network)
         if ctl is not None and ctl.proc is not None:
             ctl.stop()
         runfile.discard(prefix)

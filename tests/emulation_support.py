@@ -73,8 +73,10 @@ def unique_prefix(kind: str = "t") -> str:
 
 
 def prefix_names(prefix: str, count: int = 256) -> list[str]:
-    """Every node name a `MininetFabric(..., name_prefix=prefix)` of up to `count` switches and hosts has."""
-    return [f"{prefix}{kind}{i}" for kind in "sh" for i in range(count)]
+    """Every node name a `MininetFabric(..., name_prefix=prefix)` of up to `count` switches and hosts has
+    (and a sharded one's shard namespaces, control hub and underlay)."""
+    shards = [f"{prefix}x{i}" for i in range(64)] + [f"{prefix}xc", f"{prefix}xu"]
+    return [f"{prefix}{kind}{i}" for kind in "sh" for i in range(count)] + shards
 
 
 def prefix_leftovers(prefix: str) -> list[str]:

@@ -42,13 +42,13 @@ class Run:
     """One `emulate up` of the k=8 fat-tree in its own session (as a terminal's job would be), with
     ports of its own; its output is collected line by line."""
 
-    def __init__(self, tmp_path: Path, prefix: str) -> None:
+    def __init__(self, tmp_path: Path, prefix: str, *extra: str) -> None:
         self.prefix = prefix
         self.api, self.openflow = free_port(), free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fabriclab", "emulate", "up", str(K8), "--no-cli", "--name-prefix", prefix,
              "--api", f"127.0.0.1:{self.api}", "--openflow", f"127.0.0.1:{self.openflow}",
-             "--emu-api", f"127.0.0.1:{free_port()}", "--ready-timeout", "300"],
+             "--emu-api", f"127.0.0.1:{free_port()}", "--ready-timeout", "300", *extra],
             cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
         )  # fmt: skip
@@ -205,3 +205,66 @@ def test_emulate_clean_removes_what_a_sigkilled_run_left_and_nothing_else(
         if prefix_leftovers(run.prefix):
             subprocess.run([sys.executable, "-m", "fabriclab", "emulate", "clean", "--prefix", run.prefix],
                            env=env, check=False)  # fmt: skip
+
+
+def _shards_exist(prefix: str) -> bool:
+    return any(item.startswith(f"netns {prefix}x") for item in prefix_leftovers(prefix))
+
+
+SHARDED_MOMENTS: dict[str, Callable[[Run], None]] = {
+    "after 2 s": lambda run: time.sleep(2.0),
+    # shard namespaces and daemons exist, cables being made or bridges applied
+    "shards building": lambda run: run.wait_until("shards", lambda: _shards_exist(run.prefix), 120),
+    "after ready": lambda run: run.wait_until("ready", lambda: run.said("running;")),
+}
+
+
+@pytest.mark.parametrize("moment", list(SHARDED_MOMENTS))
+def test_sigterm_at_any_moment_of_a_sharded_k8_bring_up_leaves_nothing(
+    daemon: OvsDaemon, tmp_path: Path, moment: str
+) -> None:
+    """The same on four shards: their ovs-vswitchd and ovsdb-server, namespaces, control hub and run
+    directories go too."""
+    run = Run(tmp_path, unique_prefix("g"), "--shards", "4")
+    try:
+        SHARDED_MOMENTS[moment](run)
+        took = run.stop(signal.SIGTERM)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert run.proc.returncode in (0, 130), run.output()
+    assert took < STOP_BUDGET_S, f"{moment}: took {took:.1f} s to stop: {run.output()}"
+    run.assert_nothing_left()
+    daemons = subprocess.run(["pgrep", "-f", f"/run/fabriclab/shards/{run.prefix}x"], capture_output=True,
+                             check=False)  # fmt: skip
+    assert daemons.stdout == b"", "shard daemons outlived the run"
+
+
+def test_emulate_clean_after_a_sigkilled_sharded_run(daemon: OvsDaemon, tmp_path: Path) -> None:
+    """SIGKILL: the shard daemons die with their parent (parent-death signal); `emulate clean` removes the
+    namespaces, hub and run directories from the run's record."""
+    run = Run(tmp_path, unique_prefix("g"), "--shards", "4")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        run.wait_until("tables installed", lambda: run.said("tables installed"))
+        record = run.record()
+        assert record is not None and f"{run.prefix}x3" in record.names
+        run.proc.kill()
+        run.proc.wait()
+        deadline = time.monotonic() + 20
+        pattern = f"/run/fabriclab/shards/{run.prefix}x"
+        while subprocess.run(["pgrep", "-f", pattern], capture_output=True, check=False).stdout:
+            assert time.monotonic() < deadline, "shard daemons outlived a SIGKILLed parent"
+            time.sleep(0.1)
+        assert _shards_exist(run.prefix)
+        done = subprocess.run([sys.executable, "-m", "fabriclab", "emulate", "clean"], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert prefix_leftovers(run.prefix) == [], done.stdout
+        assert run.record() is None
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+        if prefix_leftovers(run.prefix):
+            subprocess.run([sys.executable, "-m", "fabriclab", "emulate", "clean", "--prefix", run.prefix],
+                           check=False, env=env)  # fmt: skip

@@ -33,6 +33,7 @@ from emulation.ovs import OvsDaemon
 from emulation.runner import capacity_warnings, run_scenario
 from emulation.scenario import ScenarioError, emulator_refuses, load_scenario
 from emulation.session import UpOptions, run_up
+from emulation.shards import plan as shard_plan
 from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, integer, load_fabric
 from fabriclab.cli.policy import add_policy_options, choose, option_error, policy_argv, policy_overrides
 from fabriclab.cli.progress import console_progress
@@ -89,6 +90,21 @@ def register(commands: Any) -> None:
         metavar="S",
         help="seconds to wait for the controller to program every switch (default 120)",
     )
+    up.add_argument(
+        "--shards",
+        type=integer(1, 64),
+        default=1,
+        metavar="N",
+        help="switches on N ovs-vswitchd instances, one network namespace each (k=16 needs about 8; "
+        "docs/sharding.md); implies --no-cli",
+    )
+    up.add_argument(
+        "--crossing",
+        choices=("veth", "vxlan"),
+        default="veth",
+        help="cables between shards: veth (one machine) or VXLAN tunnels over an underlay, as between "
+        "machines (default veth)",
+    )
     add_policy_options(up)
     up.set_defaults(handler=emulate_up)
     clean = sub.add_parser(
@@ -127,6 +143,10 @@ def register(commands: Any) -> None:
     run = ssub.add_parser("run", help="run a scenario headless and write a results folder")
     run.add_argument("file", type=Path)
     run.add_argument("-o", "--output", type=Path, default=Path("results"), help="results folder")
+    run.add_argument("--shards", type=integer(1, 64), default=1, metavar="N",
+                     help="switches on N ovs-vswitchd instances (docs/sharding.md)")  # fmt: skip
+    run.add_argument("--crossing", choices=("veth", "vxlan"), default="veth",
+                     help="cables between shards: veth or VXLAN tunnels (default veth)")  # fmt: skip
     run.set_defaults(handler=scenario_run)
 
     compare = commands.add_parser(
@@ -190,6 +210,15 @@ def scenario_run(args: argparse.Namespace) -> int:
     refused = emulator_refuses(scenario)
     if refused:  # before anything is built or written
         raise ScenarioError(refused, file=str(scenario.file))
+    if args.shards > 1:
+        if scenario.partitions_file is not None or scenario.qos is not None:
+            raise CliError("--shards: partitions and QoS queues are not supported on a sharded fabric yet")
+        try:
+            shard_plan(scenario.fabric, args.shards)
+        except ValueError as exc:
+            raise CliError(f"--shards: {exc}") from None
+    elif args.crossing != "veth":
+        raise CliError("--crossing: only with --shards 2 or more")
     try:  # a results folder that cannot be written fails now, not after the whole run
         args.output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -200,7 +229,8 @@ def scenario_run(args: argparse.Namespace) -> int:
 
     def run() -> dict[str, Any]:
         with console_progress() as progress:
-            return run_scenario(scenario, args.output, progress, capacity)
+            return run_scenario(scenario, args.output, progress, capacity, shards=args.shards,
+                                crossing=args.crossing)  # fmt: skip
 
     summary = _emulated(run, f"controller not ready (see controller.log under {args.output})")
     if summary is None:
@@ -382,6 +412,19 @@ def emulate_up(args: argparse.Namespace) -> int:
         if scale is None:
             raise CliError("--qos: needs --scale (the queues share shaped links)")
         load_policy(args.qos, fabric)  # a bad policy fails (exit 2, line and field) before anything is built
+    if args.shards > 1:
+        if args.controller is not None:
+            raise CliError(
+                "--shards: only with the controller this starts (it listens on the shards' network)"
+            )
+        if args.qos is not None:
+            raise CliError("--shards: QoS queues are not supported on a sharded fabric yet (drop --qos)")
+        try:
+            shard_plan(fabric, args.shards)
+        except ValueError as exc:
+            raise CliError(f"--shards: {exc}") from None
+    elif args.crossing != "veth":
+        raise CliError("--crossing: only with --shards 2 or more")
     check_bindable(listeners)
     try:
         token = token_from_env(os.environ.get(TOKEN_ENV))
@@ -397,12 +440,14 @@ def emulate_up(args: argparse.Namespace) -> int:
         openflow=openflow,
         emu_api=emu_api,
         mtu=args.mtu,
-        interactive=not args.no_cli and sys.stdin.isatty(),
+        interactive=not args.no_cli and args.shards == 1 and sys.stdin.isatty(),
         ready_timeout_s=args.ready_timeout,
         token=token,
         name_prefix=args.name_prefix,
         policy_args=(*policy_argv(args), *partition_args),
         qos=args.qos,
+        shards=args.shards,
+        crossing=args.crossing,
     )
     daemon = _prerequisites()
     stop_on_signals()

@@ -1,0 +1,270 @@
+"""A fabric realised on several shards (`emulation.shards`): same names, tables and faults as
+`MininetFabric`'s shell-less build, but each shard's switches on an ovs-vswitchd of their own.
+
+The build, in order (each step one batch; a signal at any moment stops it and `stop` removes by name):
+shard namespaces and daemons; host namespaces and every veth, each end born in its namespace (host,
+shard, or the other shard for a crossing veth), the controller veths and — for VXLAN crossings — the
+underlay; per shard, its interfaces up and its VXLAN devices; per shard, one OVSDB transaction with its
+bridges (the shards' ovs-vswitchd apply theirs in parallel while the hosts are configured).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from emulation import lightnet, ovsdb
+from emulation.headroom import HostNs
+from emulation.metrics import SwitchDaemon
+from emulation.mnfabric import EmulationError, MininetFabric, listening
+from emulation.shards import (
+    CROSSINGS,
+    ControlHub,
+    ShardDaemons,
+    ShardError,
+    free_control_octet,
+    ip_batch,
+    plan,
+    underlay_lines,
+    vxlan_line,
+)
+from topologies.model import Fabric
+
+
+class ShardedFabric(MininetFabric):
+    def __init__(
+        self,
+        fabric: Fabric,
+        addresses: Mapping[tuple[str, int], tuple[str, str]],
+        shards: int,
+        crossing: str = "veth",
+        **kwargs: Any,
+    ) -> None:
+        """`shards` ovs-vswitchd instances; `crossing`: what a cable between two shards is — `veth`
+        (one machine) or `vxlan` (a tunnel over an underlay, as between machines).  Needs a name prefix
+        (every name is the run's); QoS queues and Mininet's shells are not supported on shards."""
+        if kwargs.get("shells"):
+            raise EmulationError("a sharded fabric is built without Mininet's shells (no --cli)")
+        if kwargs.get("qos") is not None:
+            raise EmulationError("QoS queues are not supported on a sharded fabric")
+        if not kwargs.get("name_prefix"):
+            raise EmulationError("a sharded fabric needs a name prefix")
+        if crossing not in CROSSINGS:
+            raise EmulationError(f"crossing {crossing!r}: expected one of {', '.join(CROSSINGS)}")
+        super().__init__(fabric, addresses, **kwargs)
+        try:
+            self.plan = plan(fabric, shards)
+        except ValueError as exc:
+            raise EmulationError(f"shards: {exc}") from None
+        self.crossing = crossing
+        prefix = kwargs["name_prefix"]
+        self.shard_names = [f"{prefix}x{i}" for i in range(shards)]
+        self.hub_name, self.underlay_name = f"{prefix}xc", f"{prefix}xu"
+        self.daemons = [ShardDaemons(ns) for ns in self.shard_names]
+        self.hub: ControlHub | None = None
+
+    # --- names -------------------------------------------------------------------------------------------
+
+    @property
+    def node_names(self) -> list[str]:
+        extra = [*self.shard_names, self.hub_name] + (
+            [self.underlay_name] if self.crossing == "vxlan" else []
+        )
+        return [*self.names.values(), *extra]
+
+    def shard_ns(self, node: str) -> str:
+        """The shard namespace holding a switch (topology name)."""
+        return self.shard_names[self.plan.shard_of[node]]
+
+    def switch_namespaces(self) -> list[HostNs]:
+        return [HostNs(ns, lightnet.netns_of(ns)) for ns in self.shard_names]
+
+    def switch_daemons(self) -> list[SwitchDaemon]:
+        return [SwitchDaemon(d.netns, d.dir / "ovs-vswitchd.pid", str(d.dir / "ovs-vswitchd.ctl"))
+                for d in self.daemons]  # fmt: skip
+
+    def describe(self) -> str:
+        """One line for the user: shards, switches and cables in each, crossing cables."""
+        counts = [sum(1 for s in self.fabric.switches if self.plan.shard_of[s.name] == i)
+                  for i in range(self.plan.count)]  # fmt: skip
+        crossing = len(self.plan.crossing(self.fabric))
+        where = ", ".join(f"{ns}: {n} switches" for ns, n in zip(self.shard_names, counts, strict=True))
+        count = self.plan.count
+        return f"shards: {count} ovs-vswitchd ({where}); {crossing} cables cross shards as {self.crossing}"
+
+    def vswitchd_pids(self) -> list[int]:
+        return [pid for d in self.daemons if (pid := d.vswitchd_pid) is not None]
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    def prepare_control(self) -> str:
+        """Bring up the control hub and return the address the controller must listen on (before it
+        starts: it binds there)."""
+        if self.hub is None:
+            self.net = self  # from here on stop() removes by name
+            self.hub = ControlHub(self.hub_name, free_control_octet())
+            self.hub.up()
+        return self.hub.controller_ip
+
+    def _start_light(self) -> None:
+        start = time.perf_counter()
+        proto, host, port = self.controller.split(":")
+        if proto != "tcp":
+            raise EmulationError(f"controller {self.controller!r}: only tcp:HOST:PORT is supported")
+        if self.hub is None or host != self.hub.controller_ip:
+            raise EmulationError("a sharded fabric's controller listens on prepare_control()'s address")
+
+        def step(name: str) -> None:
+            self.timings[name] = time.perf_counter() - start
+
+        self.net = self
+        try:
+            ip_batch([f"netns add {ns}" for ns in self.shard_names])
+            for ns in self.shard_names:
+                ip_batch(["link set lo up"], ns)
+            for daemon in self.daemons:
+                daemon.start()
+            step("daemons_s")
+            setup = self._links()
+            step("links_s")
+            if not listening(host, int(port)):
+                self.timings["controller_not_listening"] = 1.0
+            self._bridges_and_hosts(setup, step)
+            self.timings["mininet_build_s"] = time.perf_counter() - start
+            self._shape_links()
+        except ShardError as exc:
+            self.stop()
+            raise EmulationError(str(exc)) from None
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["mininet_start_s"] = time.perf_counter() - start
+
+    def _links(self) -> dict[str, list[str]]:
+        """Every namespace and cable; returns each host's configuration lines."""
+        fabric, mtu = self.fabric, self.mtu
+        hosts = [self.names[h.name] for h in fabric.hosts]
+        self._hosts = {name: lightnet.LightHost(name) for name in hosts}
+        assert self.hub is not None
+        root = [f"netns add {h}" for h in hosts] + self.hub.root_lines(self.shard_names)
+        per_ns: dict[str, list[str]] = {ns: self.hub.shard_lines(i) for i, ns in enumerate(self.shard_names)}
+        if self.crossing == "vxlan":
+            under_root, under_ns = underlay_lines(self.underlay_name, self.shard_names)
+            root += under_root
+            for ns, lines in under_ns.items():
+                per_ns.setdefault(ns, []).extend(lines)
+        setup: dict[str, list[str]] = {name: ["ip link set lo up"] for name in hosts}
+        no_ipv6 = "ip link set {0} addrgenmode none; ip -6 addr flush dev {0}"
+        up: dict[str, list[str]] = {ns: [] for ns in self.shard_names}
+        for vni, link in enumerate(fabric.links, 1):
+            a, b = sorted((link.a, link.b), key=lambda e: fabric.nodes[e.node].is_host)  # switch end first
+            a_intf, a_ns = self.intf_name(a.node, a.port), self.shard_ns(a.node)
+            up[a_ns].append(a_intf)
+            if fabric.nodes[b.node].is_host:
+                intf, name = self.intf_name(b.node, b.port), self.names[b.node]
+                address = self.addresses.get((b.node, b.port))
+                mac = f" address {address[0]}" if address else ""
+                root.append(f"link add {a_intf} netns {a_ns} mtu {mtu} type veth peer name {intf} "
+                            f"mtu {mtu} netns {name}{mac}")  # fmt: skip
+                setup[name] += [no_ipv6.format(intf), f"ethtool -K {intf} tx off >/dev/null"]
+                if address is not None:
+                    setup[name].append(f"ip addr add {address[1]}/{self.prefix_len} dev {intf}")
+                setup[name].append(f"ip link set {intf} up")
+                continue
+            b_intf, b_ns = self.intf_name(b.node, b.port), self.shard_ns(b.node)
+            up[b_ns].append(b_intf)
+            if a_ns == b_ns or self.crossing == "veth":
+                root.append(f"link add {a_intf} netns {a_ns} mtu {mtu} type veth peer name {b_intf} "
+                            f"netns {b_ns} mtu {mtu}")  # fmt: skip
+            else:
+                sa, sb = self.plan.shard_of[a.node], self.plan.shard_of[b.node]
+                per_ns[a_ns].append(vxlan_line(a_intf, vni, sa, sb, f"{a_ns}u", mtu))
+                per_ns[b_ns].append(vxlan_line(b_intf, vni, sb, sa, f"{b_ns}u", mtu))
+        ip_batch(root)
+        for ns, lines in per_ns.items():
+            ends = [f"link set {n} addrgenmode none\nlink set {n} up" for n in up.get(ns, [])]
+            ip_batch(lines + ends, ns)
+        return setup
+
+    def _bridges_and_hosts(self, setup: dict[str, list[str]], step: Any) -> None:
+        """One OVSDB transaction per shard; the hosts are configured while the shards apply them."""
+        fabric = self.fabric
+        ports: dict[str, list[tuple[str, int]]] = {s.name: [] for s in fabric.switches}
+        for ref in fabric.port_map:
+            if fabric.nodes[ref.node].is_switch:
+                ports[ref.node].append((self.intf_name(ref.node, ref.port), ref.port))
+        conns = []
+        try:
+            for i, daemon in enumerate(self.daemons):
+                bridges = [
+                    ovsdb.BridgeSpec(self.names[s.name], s.guid, sorted(ports[s.name], key=lambda p: p[1]),
+                                     self.controller, self.inactivity_probe_ms,
+                                     {"dp-desc": self.names[s.name]})
+                    for s in fabric.switches if self.plan.shard_of[s.name] == i
+                ]  # fmt: skip
+                conn = ovsdb.Ovsdb(daemon.db)
+                conns.append(conn)
+                conn.transact(ovsdb.bridge_operations(bridges))
+            step("bridges_committed_s")
+            lightnet.run_in_hosts(setup)
+            step("hosts_s")
+            deadline = time.monotonic() + 300
+            for daemon, conn in zip(self.daemons, conns, strict=True):
+                while not conn.applied():
+                    daemon.check()
+                    if time.monotonic() > deadline:
+                        raise EmulationError(f"shard {daemon.netns}: configuration not applied in 300 s")
+                    time.sleep(0.05)
+            step("bridges_s")
+        finally:
+            for conn in conns:
+                conn.close()
+
+    def _switch_tc(self, lines: Mapping[str, list[str]]) -> None:
+        by_ns: dict[str, list[str]] = {}
+        owner = {self.intf_name(r.node, r.port): r.node for r in self.fabric.port_map}
+        for dev, dev_lines in lines.items():
+            by_ns.setdefault(self.shard_ns(owner[dev]), []).extend(dev_lines)
+        for ns, script in by_ns.items():
+            subprocess.run(["tc", "-n", ns, "-batch", "-"], input="\n".join(script) + "\n", check=True,
+                           capture_output=True, text=True)  # fmt: skip
+
+    def stop(self) -> None:
+        """Daemons killed, then every namespace of the run deleted (their veths, VXLAN devices and taps go
+        with them) and the control hub; whatever stage the build reached."""
+        if self.net is None:
+            return
+        self.net = None
+        for daemon in self.daemons:
+            daemon.stop()
+        present = set(lightnet.namespaces())
+        names = [*self.names.values(), *self.shard_names, self.underlay_name]
+        lines = [f"netns del {n}" for n in names if n in present]
+        if self.hub_name in lightnet.root_links():
+            lines.append(f"link del {self.hub_name}")
+        with contextlib.suppress(ShardError):
+            ip_batch(lines, force=True)
+        self.hub = None
+
+    # --- faults ------------------------------------------------------------------------------------------
+
+    def set_link(self, node: str, port: int, up: bool) -> str:
+        """Cut or restore a cable.  A veth end going down takes the carrier of the other end with it; a
+        tunnel has no carrier, so a crossing VXLAN cable is cut at both ends, as a cut fibre is seen."""
+        peer = self.fabric.peer(node, port)
+        if peer is None:
+            raise KeyError(f"{node}:{port} is not cabled")
+        ends = [(node, port), (peer.node, peer.port)]
+        switch_ends = [(n, p) for n, p in ends if self.fabric.nodes[n].is_switch]
+        tunnel = self.crossing == "vxlan" and len({self.shard_ns(n) for n, _ in switch_ends}) == 2
+        state = "up" if up else "down"
+        for n, p in switch_ends if tunnel else switch_ends[:1]:
+            subprocess.run(["ip", "-n", self.shard_ns(n), "link", "set", "dev", self.intf_name(n, p), state],
+                           check=True)  # fmt: skip
+        return self.intf_name(*switch_ends[0])
+
+
+__all__ = ["ShardedFabric"]
