@@ -23,8 +23,8 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,6 +54,8 @@ from controller.core.events import (
     Start,
     SwitchConnected,
     SwitchDisconnected,
+    SwitchesConnected,
+    SwitchesRead,
     SwitchRead,
     SwitchReadFailed,
     Tick,
@@ -148,7 +150,13 @@ _BATCHED: dict[type, Callable[[tuple[Any, ...]], Event]] = {
     PortChange: PortsChanged,
     LinkSighting: LinksSeen,
     FlowRemoval: FlowsRemoved,
+    SwitchConnected: lambda batch: SwitchesConnected(tuple(e.dpid for e in batch)),
 }
+#: Switches read back at once (a batch of connections): one thread each, up to this many.
+MAX_CONCURRENT_READS = 32
+#: A push's barrier deadline grows with its size: 10 s, plus a second per this many messages (a whole k=16
+#: fabric's first push is ~350,000 flow-mods over 2 cores' worth of ovs-vswitchd).
+PUSH_MESSAGES_PER_S = 2000
 
 
 class FabricService:
@@ -393,8 +401,25 @@ class FabricService:
             self._publish(state=step.state)
             for record in step.records:
                 LOG.info("event %s", record.as_dict())
-            outcomes = [o for o in map(self._execute, step.commands) if o is not None]
+            outcomes = self._execute_all(step.commands)
             pending.extendleft(reversed(outcomes))  # depth first: a command's outcome before anything else
+
+    def _execute_all(self, commands: Sequence[Command]) -> list[Event]:
+        """Every command's outcome, in order; several `ReadSwitch` of one step are made concurrently
+        (round trips to different switches overlap) and come back as one `SwitchesRead`, after the other
+        commands' outcomes, with a `SwitchReadFailed` for each read that failed."""
+        reads = list(dict.fromkeys(c for c in commands if isinstance(c, ReadSwitch)))
+        if len(reads) < 2:
+            return [o for o in map(self._execute, commands) if o is not None]
+        others = [c for c in commands if not isinstance(c, ReadSwitch)]
+        outcomes = [o for o in map(self._execute, others) if o is not None]
+        with ThreadPoolExecutor(min(MAX_CONCURRENT_READS, len(reads)), "read-switch") as pool:
+            results = list(pool.map(self._execute, reads))
+        done = tuple(r for r in results if isinstance(r, SwitchRead))
+        if done:
+            outcomes.append(SwitchesRead(done))
+        outcomes += [r for r in results if r is not None and not isinstance(r, SwitchRead)]
+        return outcomes
 
     def _execute(self, command: Command) -> Event | None:
         sb = self.southbound
@@ -407,11 +432,13 @@ class FabricService:
             return SwitchRead(command.dpid, dict(snap.ports), tuple(snap.flows), tuple(snap.groups))
         if isinstance(command, Push):
             pushed = self.clock()
-            problems = sb.push(command.deltas, "make") if command.deltas else {}
+            messages = sum(d.n_messages for d in command.deltas.values())
+            timeout_s = 10.0 + messages / PUSH_MESSAGES_PER_S
+            problems = sb.push(command.deltas, "make", timeout_s) if command.deltas else {}
             made = self.clock()  # every new path is in place: what traffic needs
             rest = {k: v for k, v in command.deltas.items() if k not in problems}
             if rest:
-                problems.update(sb.push(rest, "break"))
+                problems.update(sb.push(rest, "break", timeout_s))
             return RolloutDone(command.rollout, problems, pushed, made, self.clock())
         if isinstance(command, ProbeLinks):
             sb.probe_links(command.dpids)

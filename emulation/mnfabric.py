@@ -34,6 +34,7 @@ from typing import Any
 from controller.sm.addressing import IPV4_PREFIX_LEN
 from emulation import lightnet, ovsdb
 from emulation.headroom import HostNs
+from emulation.hostconf import HostConfigError, HostIntf
 from emulation.mesh import Endpoint
 from emulation.metrics import SwitchDaemon
 from emulation.shards import SHARD_DIR, kill_leftover_daemons
@@ -336,8 +337,7 @@ class MininetFabric:
         hosts = [self.names[h.name] for h in fabric.hosts]
         self._hosts = {name: lightnet.LightHost(name) for name in hosts}
         cables = []
-        setup: dict[str, list[str]] = {name: ["ip link set lo up"] for name in hosts}
-        no_ipv6 = "ip link set {0} addrgenmode none; ip -6 addr flush dev {0}"
+        setup: list[HostIntf] = []
         for link in fabric.links:
             a, b = sorted((link.a, link.b), key=lambda e: fabric.nodes[e.node].is_host)  # switch end first
             if fabric.nodes[b.node].is_host:
@@ -345,10 +345,8 @@ class MininetFabric:
                 address = self.addresses.get((b.node, b.port))
                 cables.append(lightnet.Cable(self.intf_name(a.node, a.port), intf, name,
                                              address[0] if address else None))  # fmt: skip
-                setup[name] += [no_ipv6.format(intf), f"ethtool -K {intf} tx off >/dev/null"]
-                if address is not None:
-                    setup[name].append(f"ip addr add {address[1]}/{self.prefix_len} dev {intf}")
-                setup[name].append(f"ip link set {intf} up")
+                setup.append(HostIntf(lightnet.netns_of(name), intf, address[1] if address else None,
+                                      self.prefix_len))  # fmt: skip
             else:
                 cables.append(lightnet.Cable(self.intf_name(a.node, a.port), self.intf_name(b.node, b.port)))
         ports: dict[str, list[tuple[str, int]]] = {s.name: [] for s in fabric.switches}
@@ -371,6 +369,9 @@ class MininetFabric:
             lightnet.build(hosts, cables, bridges, self.group, setup, self.mtu, step)
             self.timings["mininet_build_s"] = time.perf_counter() - start
             self._shape_links()
+        except HostConfigError as exc:
+            self.stop()
+            raise EmulationError(str(exc)) from None
         except BaseException:
             self.stop()
             raise

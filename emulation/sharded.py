@@ -18,8 +18,9 @@ from typing import Any
 
 from emulation import lightnet, ovsdb
 from emulation.headroom import HostNs
+from emulation.hostconf import HostConfigError, HostIntf, configure_hosts
 from emulation.metrics import SwitchDaemon
-from emulation.mnfabric import EmulationError, MininetFabric, listening
+from emulation.mnfabric import LOG, EmulationError, MininetFabric, listening
 from emulation.shards import (
     CROSSINGS,
     ControlHub,
@@ -131,11 +132,11 @@ class ShardedFabric(MininetFabric):
             setup = self._links()
             step("links_s")
             if not listening(host, int(port)):
-                self.timings["controller_not_listening"] = 1.0
+                LOG.warning("nothing accepts connections at %s yet; switches keep trying", self.controller)
             self._bridges_and_hosts(setup, step)
             self.timings["mininet_build_s"] = time.perf_counter() - start
             self._shape_links()
-        except ShardError as exc:
+        except (ShardError, HostConfigError) as exc:
             self.stop()
             raise EmulationError(str(exc)) from None
         except BaseException:
@@ -143,7 +144,7 @@ class ShardedFabric(MininetFabric):
             raise
         self.timings["mininet_start_s"] = time.perf_counter() - start
 
-    def _links(self) -> dict[str, list[str]]:
+    def _links(self) -> list[HostIntf]:
         """Every namespace and cable; returns each host's configuration lines."""
         fabric, mtu = self.fabric, self.mtu
         hosts = [self.names[h.name] for h in fabric.hosts]
@@ -156,8 +157,7 @@ class ShardedFabric(MininetFabric):
             root += under_root
             for ns, lines in under_ns.items():
                 per_ns.setdefault(ns, []).extend(lines)
-        setup: dict[str, list[str]] = {name: ["ip link set lo up"] for name in hosts}
-        no_ipv6 = "ip link set {0} addrgenmode none; ip -6 addr flush dev {0}"
+        setup: list[HostIntf] = []
         up: dict[str, list[str]] = {ns: [] for ns in self.shard_names}
         for vni, link in enumerate(fabric.links, 1):
             a, b = sorted((link.a, link.b), key=lambda e: fabric.nodes[e.node].is_host)  # switch end first
@@ -169,10 +169,8 @@ class ShardedFabric(MininetFabric):
                 mac = f" address {address[0]}" if address else ""
                 root.append(f"link add {a_intf} netns {a_ns} mtu {mtu} type veth peer name {intf} "
                             f"mtu {mtu} netns {name}{mac}")  # fmt: skip
-                setup[name] += [no_ipv6.format(intf), f"ethtool -K {intf} tx off >/dev/null"]
-                if address is not None:
-                    setup[name].append(f"ip addr add {address[1]}/{self.prefix_len} dev {intf}")
-                setup[name].append(f"ip link set {intf} up")
+                setup.append(HostIntf(lightnet.netns_of(name), intf, address[1] if address else None,
+                                      self.prefix_len))  # fmt: skip
                 continue
             b_intf, b_ns = self.intf_name(b.node, b.port), self.shard_ns(b.node)
             up[b_ns].append(b_intf)
@@ -189,7 +187,7 @@ class ShardedFabric(MininetFabric):
             ip_batch(lines + ends, ns)
         return setup
 
-    def _bridges_and_hosts(self, setup: dict[str, list[str]], step: Any) -> None:
+    def _bridges_and_hosts(self, setup: list[HostIntf], step: Any) -> None:
         """One OVSDB transaction per shard; the hosts are configured while the shards apply them."""
         fabric = self.fabric
         ports: dict[str, list[tuple[str, int]]] = {s.name: [] for s in fabric.switches}
@@ -209,7 +207,7 @@ class ShardedFabric(MininetFabric):
                 conns.append(conn)
                 conn.transact(ovsdb.bridge_operations(bridges))
             step("bridges_committed_s")
-            lightnet.run_in_hosts(setup)
+            configure_hosts(setup)
             step("hosts_s")
             deadline = time.monotonic() + 300
             for daemon, conn in zip(self.daemons, conns, strict=True):
@@ -238,6 +236,8 @@ class ShardedFabric(MininetFabric):
         if self.net is None:
             return
         self.net = None
+        for daemon in self.daemons:
+            daemon.kill()
         for daemon in self.daemons:
             daemon.stop()
         present = set(lightnet.namespaces())

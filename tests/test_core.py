@@ -23,6 +23,8 @@ from controller.core.events import (
     Save,
     SwitchConnected,
     SwitchDisconnected,
+    SwitchesConnected,
+    SwitchesRead,
     SwitchRead,
     Tick,
 )
@@ -325,3 +327,26 @@ def test_an_audit_read_leaves_port_changes_to_their_port_status_messages() -> No
     (down,) = d.records("port_down")
     assert down.flow_mods and len(d.state.ports_down) == 2
     d.fake.assert_delivers(d.fake.all_pairs())
+
+
+def test_a_fabric_connecting_at_once_is_read_together_and_programmed_in_one_rollout() -> None:
+    """The service batches connections and reads their switches concurrently (`SwitchesConnected`,
+    `SwitchesRead`): every switch is read, and one rollout programs them all, as one at a time would."""
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    dpids = sorted(d.sb.dpids.values())
+    d.sb.up.update(dpids)
+    step = d.core.handle(d.state, 10.0, SwitchesConnected(tuple(dpids)))
+    d.state = step.state
+    reads = [c for c in step.commands if isinstance(c, ReadSwitch)]
+    assert [r.dpid for r in reads] == dpids
+    snaps = [(r.dpid, d.sb.read_switch(r.dpid)) for r in reads]
+    batch = tuple(SwitchRead(dp, s.ports, tuple(s.flows), tuple(s.groups)) for dp, s in snaps)
+    steps = d.feed(SwitchesRead(batch), now=10.5)
+    pushes = [c for s in steps for c in s.commands if isinstance(c, Push)]
+    assert len(pushes) == 1 and set(pushes[0].deltas) == set(dpids)
+    (record,) = d.records("switch_connect")
+    assert record.switch is not None and sorted(record.switch.split(",")) == sorted(d.sb.dpids)
+    assert record.detected_at == 10.0 and record.flow_mods and record.flow_mods > 0
+    assert d.state.synced == frozenset(d.sb.dpids)
+    d.assert_holds_desired()

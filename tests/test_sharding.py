@@ -168,8 +168,8 @@ def test_two_shards_each_run_their_own_ovs_and_reach_all_pairs_across_vxlan(shar
     assert not any(b.startswith(net.shard_names[0][:-2]) for b in system.stdout.split())
     agg, port, core, core_port = sharded.crossing_link()
     for node, p in ((agg, port), (core, core_port)):
-        shown = subprocess.run(["ip", "-n", net.shard_ns(node), "-d", "-j", "link", "show", "dev",
-                                net.intf_name(node, p)], capture_output=True, text=True, check=True)  # fmt: skip
+        argv = ["ip", "-n", net.shard_ns(node), "-d", "-j", "link", "show", "dev", net.intf_name(node, p)]
+        shown = subprocess.run(argv, capture_output=True, text=True, check=True)
         info = json.loads(shown.stdout)[0]["linkinfo"]
         assert info["info_kind"] == "vxlan"
     assert net.shard_ns(agg) != net.shard_ns(core)
@@ -196,8 +196,8 @@ def test_a_cable_between_shards_cut_is_rerouted_and_restored(sharded: Sharded) -
         pairs = check_all_pairs(net.endpoints())
         assert sum(pairs.values()) == len(pairs), [p for p, ok in pairs.items() if not ok][:5]
         for node, p in ((agg, port), (core, core_port)):
-            shown = subprocess.run(["ip", "-n", net.shard_ns(node), "-j", "link", "show", "dev",
-                                    net.intf_name(node, p)], capture_output=True, text=True, check=True)  # fmt: skip
+            argv = ["ip", "-n", net.shard_ns(node), "-j", "link", "show", "dev", net.intf_name(node, p)]
+            shown = subprocess.run(argv, capture_output=True, text=True, check=True)
             assert "UP" not in json.loads(shown.stdout)[0]["flags"], f"{node}:{p} still up"
     finally:
         since = int(ctl.get("events")[-1]["id"])

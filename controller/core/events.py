@@ -41,6 +41,20 @@ class SwitchRead:
 
 
 @dataclass(frozen=True)
+class SwitchesConnected:
+    """Several connections at once (the service batches them: a fabric coming up), each handled as alone."""
+
+    dpids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SwitchesRead:
+    """Several switches read back at once (see `controller.core.reads`)."""
+
+    reads: tuple[SwitchRead, ...]
+
+
+@dataclass(frozen=True)
 class SwitchReadFailed:
     dpid: int
     reason: str
@@ -175,7 +189,9 @@ class Saved:
 Event = (
     Start
     | SwitchConnected
+    | SwitchesConnected
     | SwitchRead
+    | SwitchesRead
     | SwitchReadFailed
     | SwitchDisconnected
     | PortsChanged
@@ -271,5 +287,7 @@ __all__ = [
     "SwitchDisconnected",
     "SwitchRead",
     "SwitchReadFailed",
+    "SwitchesConnected",
+    "SwitchesRead",
     "Tick",
 ]

@@ -28,7 +28,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from controller.core import adaptive, discovery
+from controller.core import adaptive, discovery, reads
 from controller.core.events import (
     CountersSampled,
     Event,
@@ -51,6 +51,8 @@ from controller.core.events import (
     Start,
     SwitchConnected,
     SwitchDisconnected,
+    SwitchesConnected,
+    SwitchesRead,
     SwitchRead,
     SwitchReadFailed,
     Tick,
@@ -112,7 +114,9 @@ class FabricCore:
         self._handlers: dict[type, Callable[[Builder, Any], None]] = {
             Start: self._start,
             SwitchConnected: self._connected,
-            SwitchRead: self._read,
+            SwitchesConnected: partial(reads.switches_connected, self),
+            SwitchRead: lambda step, event: reads.switches_read(self, step, SwitchesRead((event,))),
+            SwitchesRead: partial(reads.switches_read, self),
             SwitchReadFailed: self._read_failed,
             SwitchDisconnected: self._disconnected,
             PortsChanged: self._ports,
@@ -264,17 +268,19 @@ class FabricCore:
         step.record(RecordKind.ROUTING_COMPUTED, generation=computation.generation, engine=config.engine)
 
     def _connected(self, step: Builder, event: SwitchConnected) -> None:
-        name = self.context.switch_of_dpid.get(event.dpid)
+        self._connected_one(step, event.dpid)
+
+    def _connected_one(self, step: Builder, dpid: int) -> None:
+        name = self.context.switch_of_dpid.get(dpid)
         state = step.state
         if name is None:
-            if event.dpid not in state.unknown_switches:
-                step.update(unknown_switches=state.unknown_switches | {event.dpid})
+            if dpid not in state.unknown_switches:
+                step.update(unknown_switches=state.unknown_switches | {dpid})
                 step.log(
                     LogLevel.WARNING,
-                    f"datapath {event.dpid:016x} is not a switch of {self.context.declared.name}; "
-                    "leaving it alone",
+                    f"datapath {dpid:016x} is not a switch of {self.context.declared.name}; leaving it alone",
                 )
-                step.record(RecordKind.UNKNOWN_SWITCH, dpid=f"{event.dpid:016x}")
+                step.record(RecordKind.UNKNOWN_SWITCH, dpid=f"{dpid:016x}")
             return
         installed = {k: v for k, v in state.installed.items() if k != name}
         step.update(
@@ -284,55 +290,7 @@ class FabricCore:
             discovery=state.discovery.switch_connected(name, step.now),
             repairing={k: v for k, v in state.repairing.items() if k != name},
         )
-        step.emit(ReadSwitch(event.dpid))
-
-    def _read(self, step: Builder, event: SwitchRead) -> None:
-        name = self.context.switch_of_dpid.get(event.dpid)
-        if name is None or name not in step.state.connected:
-            return  # disconnected while being read: its next connection reads it again
-        ports_down = dict(step.state.ports_down)
-        changed = False
-        discovery = step.state.discovery
-        repairing = step.state.repairing.get(name)
-        # A connection's first read sets its ports; after that, port-status messages do (they arrive on the
-        # same connection, and one may wait in the queue behind this read: taking the port from the read
-        # would leave that message nothing to report).
-        for port in self.context.declared_ports(name) if repairing is None else ():
-            live = event.ports.get(port, False)
-            changed |= self._set_port(ports_down, PortRef(name, port), live, step.now)
-            if not live:
-                discovery = discovery.forget_port(name, port)
-        program = SwitchProgram.of(name, event.dpid, event.flows, event.groups)
-        step.update(
-            ports_down=ports_down,
-            installed={**step.state.installed, name: program},
-            discovery=discovery,
-            repairing={k: v for k, v in step.state.repairing.items() if k != name},
-        )
-        details: dict[str, Any] = {
-            "switch": name,
-            "ports_down": tuple(sorted(p for p, up in event.ports.items() if not up)),
-        }
-        current = step.state.current
-        if repairing is not None and not changed and current is not None:
-            # A repair or an audit: only this switch, and nothing at all if it holds what it should.
-            if rollout({name: program}, current.programs):
-                self._rollout(step, RecordKind.RECONCILE, repairing, only=[name], **details)
-            elif name in current.programs:
-                step.update(synced=step.state.synced | {name})
-            return
-        detected = step.state.discovery.connected_at.get(name, step.now) if repairing is None else repairing
-        kind = RecordKind.SWITCH_CONNECT if repairing is None else RecordKind.RECONCILE
-        if changed or current is None:
-            config = step.state.config
-            computation = self._compute(step, config)
-            self._reserve(step, computation.generation, config)
-            self._commit(step, computation, config)
-            self._rollout(step, kind, detected, **details)
-        else:
-            self._rollout(step, kind, detected, only=[name], **details)
-        if repairing is None:
-            step.emit(ProbeLinks((event.dpid, *self._neighbour_dpids(step.state, name))))
+        step.emit(ReadSwitch(dpid))
 
     def _read_failed(self, step: Builder, event: SwitchReadFailed) -> None:
         name = self.context.switch_of_dpid.get(event.dpid)
