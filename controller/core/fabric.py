@@ -241,6 +241,28 @@ class FabricCore:
         for name in reading:
             step.emit(ReadSwitch(self.context.dpids[name]))
         computation: Computation = pending.computation
+        details = dict(pending.details)
+        each = details.pop("each", None)
+        for name, ports_down, detected_at in each or ():  # switches read together: a record each, as alone
+            found = deltas.get(name)
+            failed = {f"{k:016x}": v for k, v in done.problems.items() if found and k == found.dpid}
+            step.record(
+                pending.kind,
+                generation=computation.generation,
+                detected_at=detected_at,
+                computed_ms=_ms(detected_at, done.pushed_at),
+                installed_ms=_ms(detected_at, done.made_at),
+                cleaned_ms=_ms(detected_at, done.done_at),
+                switches_updated=int(found is not None),
+                flow_mods=found.n_messages if found is not None else 0,
+                failed_switches=failed,
+                verification_ok=computation.verification.ok,
+                lost_hosts=computation.lost_hosts,
+                switch=name,
+                ports_down=ports_down,
+            )
+        if each:
+            return
         record = step.record(
             pending.kind,
             generation=computation.generation,
@@ -253,7 +275,7 @@ class FabricCore:
             failed_switches={f"{k:016x}": v for k, v in done.problems.items()},
             verification_ok=computation.verification.ok,
             lost_hosts=computation.lost_hosts,
-            **pending.details,
+            **details,
         )
         if pending.request is not None:
             step.emit(Reply(pending.request, record.as_dict()))

@@ -83,8 +83,9 @@ def switches_read(core: FabricCore, step: Builder, event: SwitchesRead) -> None:
     names = connects + repairs
     if len(names) == 1:  # as it always was for one switch
         details = {"switch": names[0], "ports_down": ports_down_seen[names[0]]}
-    else:  # the record names them all; their ports without links are in the cabling report
-        details = {"switch": ",".join(names)}
+    else:  # a record each when the rollout is done (see FabricCore._rollout_done)
+        times = dict(zip(names, detected, strict=True))
+        details = {"each": tuple((n, ports_down_seen[n], times[n]) for n in names)}
     kind = RecordKind.SWITCH_CONNECT if connects else RecordKind.RECONCILE
     if changed or step.state.current is None:
         config = step.state.config
