@@ -17,7 +17,7 @@ class Stopped(Exception):
     """SIGINT/SIGTERM arrived: unwind through every `finally`, so what was built is torn down."""
 
 
-_state = {"defer": False, "pending": False}
+_state = {"defer": False, "pending": False, "stopped": False}
 
 
 def _ignore_further_signals() -> None:
@@ -33,6 +33,7 @@ def stop_on_signals() -> None:
             _state["pending"] = True
             return
         _ignore_further_signals()
+        _state["stopped"] = True
         raise Stopped
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -52,4 +53,12 @@ def deferred() -> Iterator[None]:
         raise Stopped
 
 
-__all__ = ["Stopped", "deferred", "stop_on_signals"]
+def raise_if_stopped() -> None:
+    """Raise `Stopped` if a signal came: the one its handler raised can be swallowed when it lands in code
+    that ignores exceptions (seen inside `logging`'s lock release: "Exception ignored in ..."), and the
+    run must not carry on as if nothing had been asked.  Called between the steps of a bring-up."""
+    if _state["stopped"]:
+        raise Stopped
+
+
+__all__ = ["Stopped", "deferred", "raise_if_stopped", "stop_on_signals"]

@@ -22,7 +22,7 @@ from controller.rest.common import BackgroundServer, page_origins, serve_in_thre
 from controller.sm.manager import SubnetManager
 from emulation import runfile
 from emulation.controlproc import ControllerProcess
-from emulation.lifecycle import deferred
+from emulation.lifecycle import deferred, raise_if_stopped
 from emulation.mesh import check_all_pairs
 from emulation.metrics import HeadroomSource, SwitchPort, emulator_registry
 from emulation.mnfabric import MininetFabric, Scale
@@ -131,9 +131,11 @@ def serve_faults(
 
 
 def wait_for_signal(say: Callable[[str], None]) -> None:
+    raise_if_stopped()
     say("running; Ctrl-C or SIGTERM to stop")
     while True:  # ends with Stopped from the signal handler (see emulation.lifecycle)
         time.sleep(0.5)
+        raise_if_stopped()
 
 
 def run_prefix(options: UpOptions) -> str:
@@ -193,6 +195,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                     net.start()
             else:  # lightnet can: a signal stops the build where it is, teardown removes by name
                 net.start()
+            raise_if_stopped()
             built = "sharded fabric" if isinstance(net, ShardedFabric) else "Mininet"
             say(f"fabric: {fabric.summary()}; {built} up in {time.perf_counter() - start:.1f} s")
             if isinstance(net, ShardedFabric):
@@ -201,6 +204,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
             if client is not None:
                 client.ready(len(fabric.switches), timeout_s=options.ready_timeout_s)
                 say(f"tables installed on every switch at {time.perf_counter() - start:.1f} s")
+            raise_if_stopped()
             pairs = check_all_pairs(net.endpoints())
             ok = sum(pairs.values())
             say(f"all pairs: {ok}/{len(pairs)} reachable, verified at {time.perf_counter() - start:.1f} s")
