@@ -19,7 +19,7 @@ import selectors
 import socket
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from traffic.fastpath import receive_buffer
@@ -95,6 +95,10 @@ def check_all_pairs(
     if budget_s is None:
         budget_s = 30.0 + n * (n - 1) / 20000
     missing = {(s, d) for s in range(n) for d in range(n) if s != d}
+    macs = [ep.mac.to_bytes(6, "big") for ep in endpoints]
+    header = struct.pack("!H", ETH_TYPE_PROBE) + _MAGIC + run_id
+    pack_pair = struct.Struct("!II").pack
+    padding = bytes(60 - 12 - len(header) - 8)
     started = time.monotonic()
     selector = selectors.DefaultSelector()
 
@@ -122,15 +126,12 @@ def check_all_pairs(
             before = len(missing)
             # Self-clocked: at most `window` frames in flight (sent, not yet seen arriving), so a slow
             # datapath is not flooded into dropping most of a round.
-            for sent, (s, d) in enumerate(sorted(missing, key=lambda p: ((p[1] - p[0]) % n, p[0])), 1):
-                frame = (
-                    endpoints[d].mac.to_bytes(6, "big")
-                    + endpoints[s].mac.to_bytes(6, "big")
-                    + struct.pack("!H", ETH_TYPE_PROBE)
-                    + _MAGIC
-                    + run_id
-                    + struct.pack("!II", s, d)
-                ).ljust(60, b"\0")
+            if round_no == 0:  # every pair, in the same order as sorting would give (a second saved at k=16)
+                order: Iterable[tuple[int, int]] = ((s, (s + k) % n) for k in range(1, n) for s in range(n))
+            else:
+                order = sorted(missing, key=lambda p: ((p[1] - p[0]) % n, p[0]))
+            for sent, (s, d) in enumerate(order, 1):
+                frame = macs[d] + macs[s] + header + pack_pair(s, d) + padding
                 try:
                     sockets[s].send(frame)
                 except BlockingIOError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.core import fabric as fabric_module
 from controller.core.events import (
     FlowRemoval,
     FlowsRemoved,
@@ -310,6 +311,34 @@ def test_ticks_audit_every_switch_and_repair_silent_damage_without_noise() -> No
     assert repair.switch == "agg2" and repair.flow_mods == 1
     d.assert_holds_desired()
     assert d.state.in_sync
+
+
+def test_the_audit_reads_a_bounded_number_of_entries_per_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At scale a sixth of the fabric per tick is too much to read (k=16: 58,000 entries every 10 s): a tick
+    reads at most AUDIT_ENTRIES_PER_TICK entries (at least one switch), and the round robin still reaches
+    every switch and repairs what it finds."""
+    monkeypatch.setattr(fabric_module, "AUDIT_ENTRIES_PER_TICK", 40)
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    sizes = {d.sb.dpids[n]: len(p.flows) + len(p.groups) for n, p in d.state.installed.items()}
+    assert min(sizes.values()) > 10 and sum(sizes.values()) > 6 * 40  # the budget binds at k=4
+    core4 = d.fake.switches["core4"]
+    key, flow = next(iter(core4.flows.items()))
+    core4.flows[key] = flow._replace(actions=(("output", 1),))  # modified behind our back
+    read: set[int] = set()
+    ticks = 0
+    while read != set(sizes) and ticks < 100:
+        steps = d.feed(Tick(), now=100.0 + 10 * ticks)
+        chosen = [c.dpid for s in steps for c in s.commands if isinstance(c, ReadSwitch)]
+        assert chosen, "every tick reads at least one switch"
+        assert len(chosen) == 1 or sum(sizes[c] for c in chosen) <= 40
+        read |= set(chosen)
+        ticks += 1
+    assert read == set(sizes) and ticks > AUDIT_ROUNDS  # all of them, over more ticks than unbounded
+    (repair,) = [r for r in d.state.records if r.kind == "reconcile"]
+    assert repair.flow_mods == 1
+    d.assert_holds_desired()
 
 
 def test_an_audit_read_leaves_port_changes_to_their_port_status_messages() -> None:

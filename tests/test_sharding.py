@@ -26,7 +26,7 @@ from emulation.mnfabric import mininet_available, remove
 from emulation.runner import run_scenario
 from emulation.scenario import load_scenario
 from emulation.sharded import ShardedFabric
-from emulation.shards import ShardPlan, plan
+from emulation.shards import STATS_UPDATE_INTERVAL_MS, ShardPlan, plan
 from tests.conftest import ROOT
 from tests.emulation_support import (  # noqa: F401 - the ovs_daemon fixture
     ovs_daemon_fixture,
@@ -162,6 +162,10 @@ def test_two_shards_each_run_their_own_ovs_and_reach_all_pairs_across_vxlan(shar
         expected = {net.names[s] for s, shard in net.plan.shard_of.items() if shard == i and s in net.names
                     and net.fabric.nodes[s].is_switch}  # fmt: skip
         assert set(bridges) == expected
+        interval = subprocess.run(["ovs-vsctl", f"--db=unix:{daemon.db}", "get", "Open_vSwitch", ".",
+                                   "other_config:stats-update-interval"], capture_output=True, text=True,
+                                  check=True).stdout.strip().strip('"')  # fmt: skip
+        assert int(interval) == STATS_UPDATE_INTERVAL_MS  # its own settings, not the system OVS's
     system = subprocess.run(
         ["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True, text=True, check=False
     )
