@@ -15,8 +15,12 @@ figure as p50/p95/max over the runs that verified all pairs (n says how many); e
     python benchmarks/emulation.py --cases k4 --shards 1,2 --crossing vxlan   # unsharded baseline too
     python benchmarks/emulation.py --cases k16,rail1024 --repeat 3 --out benchmarks/results/X.json
     python benchmarks/emulation.py --cases k4,k8 --baseline   # also Mininet's own nodes, same process
+    python benchmarks/emulation.py --cases k16 --scale none --cables patch,veth --repeat 3   # A/B
 Needs root, Open vSwitch and Mininet (Debian's mnexec).  `--shards` defaults per case: k16 on 8 shards,
-rail1024 on 4, the others on the system OVS (1).  A case is keyed `NAME`, `NAME-sN` or `NAME-sN-vxlan`.
+rail1024 on 4, the others on the system OVS (1).  A case is keyed `NAME`, `NAME-sN` or `NAME-sN-vxlan`,
+then `-patch`/`-veth` when `--cables` names what a cable inside a shard is (default auto: patch ports
+unless links are shaped).  Links are shaped to `--scale` (default 400G=400M; `none`: unshaped, as
+`emulate up` without `--scale`).
 The build is `emulation.lightnet` (batched `ip`, one OVSDB transaction, shell-less hosts) or
 `emulation.sharded`; `--baseline` also times Mininet's node-by-node build (a bash per node, system OVS).
 A run that does not reach a phase within `--ready-timeout` records the error and how far it got; the
@@ -49,7 +53,7 @@ from emulation.mesh import check_all_pairs  # noqa: E402
 from emulation.mnfabric import MininetFabric, Scale, mininet_available  # noqa: E402
 from emulation.ovs import OvsDaemon  # noqa: E402
 from emulation.sharded import ShardedFabric  # noqa: E402
-from emulation.shards import CROSSINGS  # noqa: E402
+from emulation.shards import CABLES, CROSSINGS  # noqa: E402
 from topologies.generators import fat_tree, rail  # noqa: E402
 from topologies.loader import dump_yaml  # noqa: E402
 from topologies.model import Fabric  # noqa: E402
@@ -76,13 +80,18 @@ class Options:
     shells: bool = False
     idle_s: float = 5.0
     ready_timeout_s: float = 300.0
+    cables: str = "auto"
+    scale: str | None = "400G=400M"
 
 
-def case_key(name: str, shards: int, crossing: str, shells: bool = False) -> str:
-    """`k16-s8`, `k4-s2-vxlan`, `k4` (system OVS), `k4_baseline` (Mininet's own nodes)."""
+def case_key(name: str, shards: int, crossing: str, shells: bool = False, cables: str = "auto") -> str:
+    """`k16-s8`, `k4-s2-vxlan`, `k16-s8-veth`, `k4` (system OVS), `k4_baseline` (Mininet's own nodes)."""
     if shells:
         return f"{name}_baseline"
-    return name if shards == 1 else f"{name}-s{shards}" + ("-vxlan" if crossing == "vxlan" else "")
+    if shards == 1:
+        return name
+    return f"{name}-s{shards}" + ("-vxlan" if crossing == "vxlan" else "") + (
+        f"-{cables}" if cables != "auto" else "")  # fmt: skip
 
 
 def summarise(values: list[float]) -> dict[str, float]:
@@ -237,9 +246,11 @@ def bring_up(name: str, fabric: Fabric, work: Path, opts: Options, run: int = 0)
     topology.write_text(dump_yaml(fabric))
     addresses = SubnetManager(fabric).addresses.as_strings()
     prefix = f"b{os.getpid() % 10000}"  # names of its own: other fabrics may share this OVS
-    kwargs: dict[str, Any] = {"scale": Scale.parse("400G=400M"), "name_prefix": prefix}
+    scale = Scale.parse(opts.scale) if opts.scale is not None else None
+    kwargs: dict[str, Any] = {"scale": scale, "name_prefix": prefix}
     if opts.shards > 1:
-        net: MininetFabric = ShardedFabric(fabric, addresses, opts.shards, opts.crossing, **kwargs)
+        net: MininetFabric = ShardedFabric(fabric, addresses, opts.shards, opts.crossing, opts.cables,
+                                           **kwargs)  # fmt: skip
     else:
         net = MininetFabric(fabric, addresses, shells=opts.shells, **kwargs)
     state = Path(tempfile.mkdtemp(prefix=f"state-{name}-", dir=work))  # a fresh controller each run
@@ -299,6 +310,7 @@ def bring_up(name: str, fabric: Fabric, work: Path, opts: Options, run: int = 0)
         "phases_s": {k: round(v, 2) for k, v in phases.items()},
         "build_steps_s": build,
         "teardown_s": round(teardown_s, 2),
+        "patch_cables": len(net.patched) // 2 if isinstance(net, ShardedFabric) else 0,
         "pairs": len(pairs),
         "pairs_reachable": sum(pairs.values()),
         "flows_installed": sum(s["flows"] or 0 for s in flows),
@@ -330,14 +342,17 @@ def run_case(name: str, work: Path, opts: Options, repeat: int) -> dict[str, Any
     runs = []
     for i in range(repeat):
         runs.append(bring_up(name, fabric, work, opts, i))
-        print(f"{case_key(name, opts.shards, opts.crossing, opts.shells)} run {i + 1}/{repeat}: "
+        print(f"{case_key(name, opts.shards, opts.crossing, opts.shells, opts.cables)} run {i + 1}/{repeat}: "
               f"{runs[-1]['error'] or 'ok'} {runs[-1]['phases_s']}", file=sys.stderr)  # fmt: skip
+    patched = runs[0]["patch_cables"] > 0
     build = "lightnet (batched, shell-less)" if opts.shards == 1 else f"sharded ({opts.shards} ovs-vswitchd)"
     return {
         "fabric": fabric.summary(),
         "build": "mininet nodes (a shell each)" if opts.shells else build,
         "shards": opts.shards,
         "crossing": opts.crossing if opts.shards > 1 else None,
+        "cables_in_shards": (("patch" if patched else "veth") if opts.shards > 1 else None),
+        "scale": opts.scale,
         "repeat": repeat,
         "runs_failed": sum(1 for r in runs if r["error"] is not None),
         "summary": summary(runs),
@@ -354,6 +369,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     help_ = f"ovs-vswitchd instances (1: the system OVS); default {defaults}, others 1"
     parser.add_argument("--shards", metavar="N[,N...]", help=help_)
     parser.add_argument("--crossing", choices=CROSSINGS, default="veth", help="cables between shards")
+    parser.add_argument(
+        "--cables",
+        metavar="KIND[,KIND...]",
+        default="auto",
+        help=f"cables inside a shard, each a case of its own: {', '.join(CABLES)}",
+    )
+    parser.add_argument("--scale", default="400G=400M", help="link scale (none: unshaped links)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per case (default 1)")
     parser.add_argument("--idle-s", type=float, default=5.0, help="idle CPU window after bring-up (0: none)")
     parser.add_argument("--ready-timeout", type=float, default=300.0, metavar="S")
@@ -372,6 +394,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         given = [int(s) for s in args.shards.split(",")] if args.shards else None
     except ValueError:
         parser.error(f"--shards: {args.shards!r}: expected N or N,N,... (integers)")
+    args.cables = args.cables.split(",")
+    bad_cables = [c for c in args.cables if c not in CABLES]
+    if bad_cables:
+        parser.error(f"--cables: {bad_cables[0]!r}: expected {', '.join(CABLES)}")
+    args.scale = None if args.scale == "none" else args.scale
+    try:
+        scale = Scale.parse(args.scale) if args.scale is not None else None
+    except ValueError as exc:
+        parser.error(f"--scale: {exc}")
+    if scale is not None and "patch" in args.cables:
+        parser.error("--cables patch: patch ports cannot be shaped; add --scale none")
     args.plan = []
     for name in cases:
         counts = given or [DEFAULT_SHARDS.get(name, 1)]
@@ -399,10 +432,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="fabriclab-emu-") as tmp:
             for name, shards in args.plan:
-                opts = Options(shards, args.crossing, False, args.idle_s, args.ready_timeout)
-                results[case_key(name, shards, args.crossing)] = run_case(name, Path(tmp), opts, args.repeat)
+                for cables in args.cables if shards > 1 else ["auto"]:
+                    opts = Options(shards, args.crossing, False, args.idle_s, args.ready_timeout, cables,
+                                   args.scale)  # fmt: skip
+                    key = case_key(name, shards, args.crossing, cables=cables)
+                    results[key] = run_case(name, Path(tmp), opts, args.repeat)
             for name in dict.fromkeys(n for n, _ in args.plan) if args.baseline else ():
-                opts = Options(1, args.crossing, True, args.idle_s, args.ready_timeout)
+                opts = Options(1, args.crossing, True, args.idle_s, args.ready_timeout, scale=args.scale)
                 results[case_key(name, 1, args.crossing, True)] = run_case(name, Path(tmp), opts, args.repeat)
     finally:
         daemon.stop_if_started()

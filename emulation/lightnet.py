@@ -124,7 +124,8 @@ def build(
     mtu: int = 1500,
     step: Callable[[str], None] = lambda _: None,
 ) -> None:
-    """Namespaces, veths (root ends up, no IPv6), bridges, host configuration; `step(name)` after each
+    """Namespaces, veths (root ends up, no IPv6), bridges, host configuration, then the bridges'
+    controller (`ovsdb.controller_operations`); `step(name)` after each
     phase (timings).  Raises on the first failure; the caller removes what exists (`remove_by_name`).
     Everything runs in the calling thread, so a signal handler raising there stops the build at once
     (`subprocess.run` kills its child on the way out)."""
@@ -142,10 +143,11 @@ def build(
     ends = [c.root for c in cables] + [c.far for c in cables if c.host is None]
     _run(["ip", "-batch", "-"], "".join(f"link set {n} addrgenmode none\nlink set {n} up\n" for n in ends))
     with ovsdb.Ovsdb() as conn:  # ovs-vswitchd applies it while the hosts are configured
-        conn.transact(ovsdb.bridge_operations(bridges))
+        conn.transact(ovsdb.bridge_operations(bridges, controllers=False))
         step("bridges_committed_s")
         configure_hosts(host_intfs)
         step("hosts_s")
+        conn.transact(ovsdb.controller_operations(bridges))  # every cable up: now dial the controller
         conn.wait_applied()
     step("bridges_s")
 

@@ -61,6 +61,8 @@ class UpOptions:
     shards: int = 1
     #: Cables between shards: "veth" or "vxlan".
     crossing: str = "veth"
+    #: Cables between two switches of one shard: "patch", "veth" or "auto" (patch unless shaped).
+    shard_cables: str = "auto"
 
 
 def apply_fault(net: MininetFabric, action: str, target: str) -> str:
@@ -161,7 +163,8 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
     qos = load_policy(options.qos, fabric) if options.qos is not None else None
     kwargs: dict[str, Any] = {"scale": options.scale, "mtu": options.mtu, "name_prefix": prefix, "qos": qos}
     if options.shards > 1:
-        net: MininetFabric = ShardedFabric(fabric, addresses, options.shards, options.crossing, **kwargs)
+        net: MininetFabric = ShardedFabric(fabric, addresses, options.shards, options.crossing,
+                                           options.shard_cables, **kwargs)  # fmt: skip
     else:
         net = MininetFabric(fabric, addresses, shells=options.interactive, **kwargs)
     # Recorded before anything is built (a sharded fabric builds its control network first).

@@ -38,6 +38,8 @@ from topologies.tiers import Tiers
 SHARD_DIR = Path(os.environ.get("FABRICLAB_SHARD_DIR", "/run/fabriclab/shards"))
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 CROSSINGS = ("veth", "vxlan")
+#: What a cable between two switches of one shard is (`emulation.sharded`).
+CABLES = ("auto", "patch", "veth")
 #: Underlay addresses inside shard namespaces (no other namespace sees them) and the VXLAN port.
 UNDERLAY_NET = "10.254.0"
 VXLAN_PORT = 4789
@@ -327,6 +329,7 @@ def vxlan_line(intf: str, vni: int, local: int, remote: int, underlay_dev: str, 
 
 
 __all__ = [
+    "CABLES",
     "CROSSINGS",
     "SHARD_DIR",
     "STATS_UPDATE_INTERVAL_MS",

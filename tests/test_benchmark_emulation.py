@@ -42,6 +42,19 @@ def test_cases_are_keyed_by_their_sharding() -> None:
     assert bench.case_key("k16", 8, "veth") == "k16-s8"
     assert bench.case_key("k4", 2, "vxlan") == "k4-s2-vxlan"
     assert bench.case_key("k4", 1, "veth", shells=True) == "k4_baseline"
+    assert bench.case_key("k16", 8, "veth", cables="patch") == "k16-s8-patch"
+    assert bench.case_key("k16", 8, "veth", cables="auto") == "k16-s8"
+
+
+def test_patch_cables_cannot_be_asked_for_with_shaped_links(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        bench.parse(["--cases", "k16", "--cables", "patch,veth"])
+    assert "add --scale none" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.parse(["--cases", "k16", "--cables", "copper", "--scale", "none"])
+    assert "--cables: 'copper'" in capsys.readouterr().err
+    args = bench.parse(["--cases", "k16", "--cables", "patch,veth", "--scale", "none"])
+    assert args.cables == ["patch", "veth"] and args.scale is None
 
 
 def test_shards_default_per_case_and_can_be_given() -> None:

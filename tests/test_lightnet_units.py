@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from emulation import cleanup, runfile
-from emulation.ovsdb import BridgeSpec, bridge_operations
+from emulation.mesh import check_all_pairs, first_round
+from emulation.ovsdb import BridgeSpec, bridge_operations, controller_operations
 
 
 def test_bridge_operations_insert_every_row_once_and_reference_them_by_name() -> None:
     specs = [
         BridgeSpec("xs0", 0x2FAB, [("xs0-eth1", 1), ("xs0-eth2", 2)], "tcp:127.0.0.1:6653", 30000),
-        BridgeSpec("xs1", 0x2FAC, [("xs1-eth7", 7)], None),
+        BridgeSpec("xs1", 0x2FAC, [("xs1-eth7", 7)], None, patches={"xs1-eth7": "xs0-eth2"}),
     ]
     ops = bridge_operations(specs)
     inserts = [op for op in ops if op["op"] == "insert"]
@@ -35,6 +36,14 @@ def test_bridge_operations_insert_every_row_once_and_reference_them_by_name() ->
     ]
     assert [op["row"].get("ofport_request") for op in by_table["Interface"]] == [None, 1, 2, None, 7]
     assert by_table["Interface"][0]["row"]["type"] == "internal"
+    assert [op["row"].get("type") for op in by_table["Interface"]] == [
+        "internal",
+        None,
+        None,
+        "internal",
+        "patch",
+    ]
+    assert by_table["Interface"][4]["row"]["options"] == ["map", [["peer", "xs0-eth2"]]]
     assert [op["row"]["target"] for op in by_table["Controller"]] == ["tcp:127.0.0.1:6653"]
     bridges = by_table["Bridge"]
     assert [b["row"]["name"] for b in bridges] == ["xs0", "xs1"]
@@ -93,3 +102,39 @@ def test_a_recycled_pid_of_another_program_is_not_our_run() -> None:
     assert runfile.prefix_pattern("ab").fullmatch("abs12") and not runfile.prefix_pattern("ab").fullmatch(
         "ab1s2"
     )
+
+
+@pytest.mark.parametrize(("n", "burst"), [(2, 1), (5, 1), (16, 32), (17, 4), (64, 7), (1024, 32)])
+def test_the_checkers_first_round_sends_every_pair_once_a_burst_per_host(n: int, burst: int) -> None:
+    order = list(first_round(n, burst))
+    assert len(order) == len(set(order)) == n * (n - 1)
+    assert all(s != d and 0 <= s < n and 0 <= d < n for s, d in order)
+    # a host's frames of one burst go back to back, to consecutive shifts
+    head = order[: min(burst, n - 1)]
+    assert {s for s, _ in head} == {0} and [d for _, d in head] == list(range(1, len(head) + 1))
+    if n - 1 > burst:
+        assert order[burst] == (1, 2)
+
+
+def test_the_checker_refuses_an_empty_burst() -> None:
+    with pytest.raises(ValueError, match="burst 0"):
+        check_all_pairs([], burst=0)
+
+
+def test_controllers_can_be_given_after_the_bridges_in_a_second_transaction() -> None:
+    specs = [
+        BridgeSpec("xs0", 0x2FAB, [("xs0-eth1", 1)], "tcp:127.0.0.1:6653", 15000),
+        BridgeSpec("xs1", 0x2FAC, [("xs1-eth7", 7)], None),
+    ]
+    first = bridge_operations(specs, controllers=False)
+    assert not any(op.get("table") == "Controller" for op in first)
+    assert all("controller" not in op["row"] for op in first if op.get("table") == "Bridge")
+    second = controller_operations(specs)
+    assert [(op["op"], op["table"]) for op in second] == [
+        ("insert", "Controller"), ("update", "Bridge"), ("mutate", "Open_vSwitch"),
+    ]  # fmt: skip
+    insert, update, bump = second
+    assert insert["row"] == {"target": "tcp:127.0.0.1:6653", "inactivity_probe": 15000, "max_backoff": 1000}
+    assert update["where"] == [["name", "==", "xs0"]]
+    assert update["row"]["controller"] == ["named-uuid", insert["uuid-name"]]
+    assert bump["mutations"] == [["next_cfg", "+=", 1]]  # so cur_cfg tells when it is applied

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,9 @@ def test_plan_rejects_impossible_counts_naming_them() -> None:
         (["--crossing", "vxlan"], "--crossing: only with --shards 2 or more"),
         (["--shards", "2", "--controller", "tcp:127.0.0.1:6653"], "--shards: only with the controller"),
         (["--shards", "2", "--crossing", "gre"], "--crossing"),
+        (["--shard-cables", "patch"], "--shard-cables: only with --shards 2 or more"),
+        (["--shards", "2", "--shard-cables", "patch", "--scale", "400G=200M"], "cannot be shaped"),
+        (["--shards", "2", "--shard-cables", "copper"], "--shard-cables"),
     ],
 )
 def test_emulate_up_refuses_bad_shard_options_before_building(argv: list[str], message: str) -> None:
@@ -183,35 +186,84 @@ def _port_events(ctl: ControllerProcess, since: int) -> list[dict[str, Any]]:
     return [e for e in ctl.get(f"events?since={since}&limit=1000") if e["kind"] in ("port_down", "port_up")]
 
 
-def test_a_cable_between_shards_cut_is_rerouted_and_restored(sharded: Sharded) -> None:
+def _all_pairs_ok(net: ShardedFabric) -> None:
+    pairs = check_all_pairs(net.endpoints())
+    assert sum(pairs.values()) == len(pairs), [p for p, ok in pairs.items() if not ok][:5]
+
+
+def _wait_port_events(ctl: ControllerProcess, since: int, kind: str) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 20
+    while not any(e["kind"] == kind for e in _port_events(ctl, since)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _port_events(ctl, since)
+
+
+def _cut_and_restore(sharded: Sharded, end: tuple[str, int], far: tuple[str, int],
+                     while_cut: Callable[[], None], after: Callable[[], None]) -> None:  # fmt: skip
+    """Cut the cable at `end`: the controller's first port event is a port-down of one of its two ends,
+    every pair is still reachable (rerouted), `while_cut` holds; restored: a port-up, every pair, `after`."""
     net, ctl = sharded.net, sharded.ctl
-    agg, port, core, core_port = sharded.crossing_link()
     since = int(ctl.get("events")[-1]["id"])
-    net.set_link(agg, port, up=False)
+    net.set_link(*end, up=False)
     try:
-        deadline = time.monotonic() + 20
-        while not _port_events(ctl, since) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        downs = _port_events(ctl, since)
+        while_cut()
+        downs = _wait_port_events(ctl, since, "port_down")
         assert downs and downs[0]["kind"] == "port_down", downs
-        # both ends of the tunnel were cut, as a fibre cut is seen from both switches
         ports = {p for e in downs for p in e["ports"]}
-        assert {f"{agg}:{port} down", f"{core}:{core_port} down"} & ports, ports
-        pairs = check_all_pairs(net.endpoints())
-        assert sum(pairs.values()) == len(pairs), [p for p, ok in pairs.items() if not ok][:5]
+        assert {f"{end[0]}:{end[1]} down", f"{far[0]}:{far[1]} down"} & ports, ports
+        _all_pairs_ok(net)
+    finally:
+        since = int(ctl.get("events")[-1]["id"])
+        net.set_link(*end, up=True)
+    after()
+    assert any(e["kind"] == "port_up" for e in _wait_port_events(ctl, since, "port_up"))
+    _all_pairs_ok(net)
+
+
+def test_a_cable_between_shards_cut_is_rerouted_and_restored(sharded: Sharded) -> None:
+    net = sharded.net
+    agg, port, core, core_port = sharded.crossing_link()
+
+    def both_ends_down() -> None:  # a tunnel has no carrier: both ends cut, as a fibre cut is seen
         for node, p in ((agg, port), (core, core_port)):
             argv = ["ip", "-n", net.shard_ns(node), "-j", "link", "show", "dev", net.intf_name(node, p)]
             shown = subprocess.run(argv, capture_output=True, text=True, check=True)
             assert "UP" not in json.loads(shown.stdout)[0]["flags"], f"{node}:{p} still up"
-    finally:
-        since = int(ctl.get("events")[-1]["id"])
-        net.set_link(agg, port, up=True)
-    deadline = time.monotonic() + 20
-    while not any(e["kind"] == "port_up" for e in _port_events(ctl, since)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert any(e["kind"] == "port_up" for e in _port_events(ctl, since))
-    pairs = check_all_pairs(net.endpoints())
-    assert sum(pairs.values()) == len(pairs)
+
+    _cut_and_restore(sharded, (agg, port), (core, core_port), both_ends_down, lambda: None)
+
+
+def test_a_cable_inside_a_shard_is_a_patch_port_pair_cut_and_restored(sharded: Sharded) -> None:
+    """Unshaped, a cable between two switches of one shard is a pair of OVS patch ports (no veth); cutting
+    it removes both ports — the controller sees them go and reroutes — and restoring it adds them back
+    with the same OpenFlow port numbers."""
+    net = sharded.net
+    (edge, port), (agg, agg_port) = next(
+        (a, b) for a, b in sorted(net.patched.items()) if a[0].startswith("leaf")
+    )  # fmt: skip
+    assert net.shard_ns(edge) == net.shard_ns(agg)
+    assert len(net.patched) // 2 == len(net.fabric.links) - len(net.fabric.hosts) - len(
+        net.plan.crossing(net.fabric))  # every switch-switch cable inside a shard  # fmt: skip
+    db = net.daemons[net.plan.shard_of[edge]].db
+
+    def interface(node: str, p: int) -> list[str]:
+        argv = ["ovs-vsctl", f"--db=unix:{db}", "--if-exists", "get", "Interface", net.intf_name(node, p),
+                "type", "options:peer", "ofport"]  # fmt: skip
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+
+    def both_patch_ports() -> None:
+        assert interface(edge, port) == ["patch", net.intf_name(agg, agg_port), str(port)]
+        assert interface(agg, agg_port) == ["patch", net.intf_name(edge, port), str(agg_port)]
+
+    both_patch_ports()
+    veth = subprocess.run(["ip", "-n", net.shard_ns(edge), "link", "show", "dev", net.intf_name(edge, port)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert veth.returncode != 0  # no device: the cable is inside ovs-vswitchd
+
+    def both_gone() -> None:
+        assert interface(edge, port) == [] and interface(agg, agg_port) == []
+
+    _cut_and_restore(sharded, (edge, port), (agg, agg_port), both_gone, both_patch_ports)
 
 
 def _scenario_text(fault_port: str) -> str:

@@ -105,6 +105,13 @@ def register(commands: Any) -> None:
         help="cables between shards: veth (one machine) or VXLAN tunnels over an underlay, as between "
         "machines (default veth)",
     )
+    up.add_argument(
+        "--shard-cables",
+        choices=("auto", "patch", "veth"),
+        default="auto",
+        help="cables between two switches of one shard: OVS patch ports (a packet crosses the shard in "
+        "one datapath pass; cannot be shaped) or veths; default auto: patch unless --scale",
+    )
     add_policy_options(up)
     up.set_defaults(handler=emulate_up)
     clean = sub.add_parser(
@@ -423,8 +430,12 @@ def emulate_up(args: argparse.Namespace) -> int:
             shard_plan(fabric, args.shards)
         except ValueError as exc:
             raise CliError(f"--shards: {exc}") from None
+        if args.shard_cables == "patch" and scale is not None:
+            raise CliError("--shard-cables patch: patch ports cannot be shaped (drop --scale, or use veth)")
     elif args.crossing != "veth":
         raise CliError("--crossing: only with --shards 2 or more")
+    elif args.shard_cables != "auto":
+        raise CliError("--shard-cables: only with --shards 2 or more")
     check_bindable(listeners)
     try:
         token = token_from_env(os.environ.get(TOKEN_ENV))
@@ -448,6 +459,7 @@ def emulate_up(args: argparse.Namespace) -> int:
         qos=args.qos,
         shards=args.shards,
         crossing=args.crossing,
+        shard_cables=args.shard_cables,
     )
     daemon = _prerequisites()
     stop_on_signals()
