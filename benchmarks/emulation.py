@@ -53,7 +53,7 @@ from emulation.mesh import check_all_pairs  # noqa: E402
 from emulation.mnfabric import MininetFabric, Scale, mininet_available  # noqa: E402
 from emulation.ovs import OvsDaemon  # noqa: E402
 from emulation.sharded import ShardedFabric  # noqa: E402
-from emulation.shards import CABLES, CROSSINGS  # noqa: E402
+from emulation.shards import CABLES, CROSSINGS, uses_patch  # noqa: E402
 from topologies.generators import fat_tree, rail  # noqa: E402
 from topologies.loader import dump_yaml  # noqa: E402
 from topologies.model import Fabric  # noqa: E402
@@ -394,17 +394,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         given = [int(s) for s in args.shards.split(",")] if args.shards else None
     except ValueError:
         parser.error(f"--shards: {args.shards!r}: expected N or N,N,... (integers)")
-    args.cables = args.cables.split(",")
-    bad_cables = [c for c in args.cables if c not in CABLES]
-    if bad_cables:
-        parser.error(f"--cables: {bad_cables[0]!r}: expected {', '.join(CABLES)}")
     args.scale = None if args.scale == "none" else args.scale
     try:
         scale = Scale.parse(args.scale) if args.scale is not None else None
     except ValueError as exc:
         parser.error(f"--scale: {exc}")
-    if scale is not None and "patch" in args.cables:
-        parser.error("--cables patch: patch ports cannot be shaped; add --scale none")
+    args.cables = args.cables.split(",")
+    for cables in args.cables:
+        try:
+            uses_patch(cables, shaped=scale is not None)
+        except ValueError as exc:
+            parser.error(f"--cables: {exc}" + ("; add --scale none" if cables == "patch" else ""))
     args.plan = []
     for name in cases:
         counts = given or [DEFAULT_SHARDS.get(name, 1)]

@@ -32,7 +32,6 @@ from emulation.hostconf import HostConfigError, HostIntf, configure_hosts
 from emulation.metrics import SwitchDaemon
 from emulation.mnfabric import LOG, EmulationError, MininetFabric, listening
 from emulation.shards import (
-    CABLES,
     CROSSINGS,
     ControlHub,
     ShardDaemons,
@@ -41,6 +40,7 @@ from emulation.shards import (
     ip_batch,
     plan,
     underlay_lines,
+    uses_patch,
     vxlan_line,
 )
 from topologies.model import Fabric
@@ -75,14 +75,13 @@ class ShardedFabric(MininetFabric):
         except ValueError as exc:
             raise EmulationError(f"shards: {exc}") from None
         self.crossing = crossing
-        if cables not in CABLES:
-            raise EmulationError(f"cables {cables!r}: expected one of {', '.join(CABLES)}")
-        shaped = kwargs.get("scale") is not None
-        if cables == "patch" and shaped:
-            raise EmulationError("patch cables cannot be shaped (HTB needs a device): no scale, or veth")
+        try:
+            patch = uses_patch(cables, shaped=kwargs.get("scale") is not None)
+        except ValueError as exc:
+            raise EmulationError(f"cables: {exc}") from None
         #: Each end of a patch cable -> the other end (topology names and ports); empty with veth cables.
         self.patched: dict[tuple[str, int], tuple[str, int]] = {}
-        if cables == "patch" or (cables == "auto" and not shaped):
+        if patch:
             for link in fabric.links:
                 a, b = (link.a.node, link.a.port), (link.b.node, link.b.port)
                 both_switches = fabric.nodes[a[0]].is_switch and fabric.nodes[b[0]].is_switch

@@ -117,6 +117,17 @@ def plan(fabric: Fabric, count: int) -> ShardPlan:
     return ShardPlan(count, shard_of)
 
 
+def uses_patch(cables: str, shaped: bool) -> bool:
+    """Whether cables between two switches of one shard are OVS patch ports (`emulation.sharded`):
+    `patch`, or `auto` on unshaped links; a ValueError names what is wrong (an unknown kind, or patch ports
+    asked for on shaped links — HTB needs a device)."""
+    if cables not in CABLES:
+        raise ValueError(f"{cables!r}: expected one of {', '.join(CABLES)}")
+    if cables == "patch" and shaped:
+        raise ValueError("patch ports cannot be shaped (HTB needs a device): drop the scale, or use veth")
+    return cables == "patch" or (cables == "auto" and not shaped)
+
+
 def _run(argv: Sequence[str], stdin: str | None = None, check: bool = True, timeout_s: float = 120) -> str:
     done = subprocess.run(list(argv), input=stdin, capture_output=True, text=True, check=False,
                           timeout=timeout_s)  # fmt: skip
@@ -343,5 +354,6 @@ __all__ = [
     "plan",
     "underlay_ip",
     "underlay_lines",
+    "uses_patch",
     "vxlan_line",
 ]

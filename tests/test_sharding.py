@@ -22,11 +22,11 @@ import pytest
 from controller.sm.manager import SubnetManager
 from emulation.controlproc import ControllerProcess
 from emulation.mesh import check_all_pairs
-from emulation.mnfabric import mininet_available, remove
+from emulation.mnfabric import EmulationError, mininet_available, remove
 from emulation.runner import run_scenario
 from emulation.scenario import load_scenario
 from emulation.sharded import ShardedFabric
-from emulation.shards import STATS_UPDATE_INTERVAL_MS, ShardPlan, plan
+from emulation.shards import STATS_UPDATE_INTERVAL_MS, ShardPlan, plan, uses_patch
 from tests.conftest import ROOT
 from tests.emulation_support import (  # noqa: F401 - the ovs_daemon fixture
     ovs_daemon_fixture,
@@ -84,6 +84,20 @@ def test_plan_rejects_impossible_counts_naming_them() -> None:
         plan(fabric, 0)
     with pytest.raises(ValueError, match="more than the fabric's 20 switches"):
         plan(fabric, 21)
+
+
+def test_patch_cables_are_used_unshaped_and_refused_shaped_or_unknown() -> None:
+    assert uses_patch("auto", shaped=False) and uses_patch("patch", shaped=False)
+    assert not uses_patch("auto", shaped=True) and not uses_patch("veth", shaped=False)
+    with pytest.raises(ValueError, match="cannot be shaped"):
+        uses_patch("patch", shaped=True)
+    with pytest.raises(ValueError, match="'copper': expected one of auto, patch, veth"):
+        uses_patch("copper", shaped=False)
+    fabric = load_topology(K4)
+    with pytest.raises(EmulationError, match="cables: 'copper'"):
+        ShardedFabric(
+            fabric, SubnetManager(fabric).addresses.as_strings(), 2, cables="copper", name_prefix="zq"
+        )
 
 
 @pytest.mark.parametrize(

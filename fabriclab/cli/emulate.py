@@ -33,6 +33,7 @@ from emulation.ovs import OvsDaemon
 from emulation.runner import capacity_warnings, run_scenario
 from emulation.scenario import ScenarioError, emulator_refuses, load_scenario
 from emulation.session import UpOptions, run_up
+from emulation.shards import CABLES, CROSSINGS, uses_patch
 from emulation.shards import plan as shard_plan
 from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, integer, load_fabric
 from fabriclab.cli.policy import add_policy_options, choose, option_error, policy_argv, policy_overrides
@@ -100,14 +101,14 @@ def register(commands: Any) -> None:
     )
     up.add_argument(
         "--crossing",
-        choices=("veth", "vxlan"),
+        choices=CROSSINGS,
         default="veth",
         help="cables between shards: veth (one machine) or VXLAN tunnels over an underlay, as between "
         "machines (default veth)",
     )
     up.add_argument(
         "--shard-cables",
-        choices=("auto", "patch", "veth"),
+        choices=CABLES,
         default="auto",
         help="cables between two switches of one shard: OVS patch ports (a packet crosses the shard in "
         "one datapath pass; cannot be shaped) or veths; default auto: patch unless --scale",
@@ -152,7 +153,7 @@ def register(commands: Any) -> None:
     run.add_argument("-o", "--output", type=Path, default=Path("results"), help="results folder")
     run.add_argument("--shards", type=integer(1, 64), default=1, metavar="N",
                      help="switches on N ovs-vswitchd instances (docs/sharding.md)")  # fmt: skip
-    run.add_argument("--crossing", choices=("veth", "vxlan"), default="veth",
+    run.add_argument("--crossing", choices=CROSSINGS, default="veth",
                      help="cables between shards: veth or VXLAN tunnels (default veth)")  # fmt: skip
     run.set_defaults(handler=scenario_run)
 
@@ -430,8 +431,10 @@ def emulate_up(args: argparse.Namespace) -> int:
             shard_plan(fabric, args.shards)
         except ValueError as exc:
             raise CliError(f"--shards: {exc}") from None
-        if args.shard_cables == "patch" and scale is not None:
-            raise CliError("--shard-cables patch: patch ports cannot be shaped (drop --scale, or use veth)")
+        try:
+            uses_patch(args.shard_cables, shaped=scale is not None)
+        except ValueError as exc:
+            raise CliError(f"--shard-cables {args.shard_cables}: {exc}") from None
     elif args.crossing != "veth":
         raise CliError("--crossing: only with --shards 2 or more")
     elif args.shard_cables != "auto":
