@@ -15,13 +15,20 @@ and the report are `emulation.compare_report`'s.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from emulation import rocerun, workplan
 from emulation.runner import Progress, run_scenario
 from emulation.scenario import Scenario
+from emulation.workplan import Job
+from traffic.figures import JOB_FIELDS, Flows, JobInfo, summarise
+from traffic.patterns import bus_factor
 
 #: A switch-to-switch link direction below this utilisation (mean over the run) counts as idle.
 IDLE_UTIL = 0.02
@@ -43,16 +50,70 @@ def _links_of(path: str) -> list[str]:
     return [f"{a[1]}:{a[2]}" for a, _ in itertools.pairwise(hops)]
 
 
-def figures(summary: dict[str, Any]) -> dict[str, Any]:
-    """The comparison's figures of one policy's run (all repetitions together)."""
+def flows_of(rep: dict[str, Any], jobs: list[Job], nic_bps: dict[str, float | None]) -> Flows:
+    """One repetition's flows and RoCE messages as `traffic.figures.Flows` (payload bytes, seconds from the
+    traffic's start): what the simulator records of its flows, measured."""
+    by_job = {j.index: j for j in jobs}
+    job, step, offered, delivered, start, fct, alone = [], [], [], [], [], [], []
+    for f in rep["flows"]:
+        job.append(int(f.get("job", 0)))
+        step.append(0)
+        size = float(f.get("size_bytes", 0))
+        offered.append(int(f["sent"]) * size)
+        delivered.append(int(f["received"]) * size)
+        start.append(float(f.get("start_s", 0.0)))
+        duration = float(f.get("duration_s") or 0.0)
+        fct.append(float(f["fct_s"]) if f.get("fct_s") is not None else duration)
+        alone.append(duration)
+    for m in rep.get("roce_messages", []):
+        j = by_job.get(int(m["job"]))
+        if j is None or j.frame_bytes is None:
+            continue
+        job.append(j.index)
+        step.append(int(m["step"]))
+        payload = float(m["payload_bytes"])
+        offered.append(payload)
+        delivered.append(payload * int(m["received"]) / max(1, int(m["packets"])))
+        begin = m["first_sent_s"] if j.schedule == "steps" and m["first_sent_s"] is not None else m["post_s"]
+        start.append(float(begin))
+        fct.append(float(m["done_s"]) - float(begin) if m["done_s"] is not None else math.inf)
+        bits = 8.0 * m["packets"] * j.frame_bytes
+        rate = min(j.rate_pps * 8.0 * j.frame_bytes if j.rate_pps else math.inf,
+                   nic_bps.get(m["src"]) or math.inf, nic_bps.get(m["dst"]) or math.inf)  # fmt: skip
+        alone.append(bits / rate if math.isfinite(rate) else math.nan)
+    return Flows(
+        np.array(job, dtype=np.int64),
+        np.array(step, dtype=np.int64),
+        np.array(offered),
+        np.array(delivered),
+        np.array(start),
+        np.array(fct),
+        np.array(alone),
+        np.ones(len(job)),
+    )
+
+
+def job_infos(jobs: list[Job]) -> list[JobInfo]:
+    return [JobInfo(j.index, j.label, j.schedule == "steps", j.collective,
+                    bus_factor(j.collective[0], j.collective[1]) if j.collective else None,
+                    timed=j.schedule == "timed", posted=j.schedule == "posted") for j in jobs]  # fmt: skip
+
+
+def figures(
+    summary: dict[str, Any], scenario: Scenario | None = None, reference: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The comparison's figures of one policy's run (all repetitions together): first the job-level
+    figures the simulator writes too (`traffic.figures`, with the non-blocking `reference` the simulator
+    computed for the same scenario), then what only a packet emulator measures."""
     flows = [f for rep in summary["repetitions"] for f in rep["flows"]]
     collectives = [c for rep in summary["repetitions"] for c in rep["collectives"]]
+    messages = [m for rep in summary["repetitions"] for m in rep.get("roce_messages", [])]
     reps = summary["repetitions"]
     goodput = [float(f["goodput_mbps"]) for f in flows]
     fcts = [float(f["fct_s"]) for f in flows if f.get("fct_s") is not None]
     fcts += [t for c in collectives for t in c.get("qp_fct_s", [])]
-    sent = sum(int(f["sent"]) for f in flows) + sum(int(c["packets_expected"]) for c in collectives)
-    lost = sum(int(f["lost"]) for f in flows) + sum(int(c["lost"]) for c in collectives)
+    sent = sum(int(f["sent"]) for f in flows) + sum(int(m["sent"]) for m in messages)
+    lost = sum(int(f["lost"]) for f in flows) + sum(int(m["sent"]) - int(m["received"]) for m in messages)
     reordered = sum(int(f["out_of_order"]) for f in flows) + sum(int(c["out_of_order"]) for c in collectives)
     util_means: list[float] = []
     for rep in reps:
@@ -65,11 +126,19 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
                 util_means.append(statistics.fmean(busy))
     placed = Counter(link for f in flows if f["path"] != "sprayed" for link in _links_of(f["path"]))
     headroom = [rep.get("headroom") for rep in reps if rep.get("headroom")]
-    moves = sum(1 for rep in reps for e in rep["events"] if e["kind"] == "adaptive_move")
+    moves = sum(
+        len(e.get("moves") or [None]) for rep in reps for e in rep["events"] if e["kind"] == "adaptive_move"
+    )
+    head = _job_figures(reps, scenario, reference)
     result: dict[str, Any] = {
-        "completion_s": _completion(flows, collectives),
-        "algbw_gbps": _mean([c["algbw_gbps"] for c in collectives]),
-        "busbw_gbps": _mean([c["busbw_gbps"] for c in collectives]),
+        **{k: head.get(k) for k in JOB_FIELDS},
+        "max_link_util": round(max(util_means, default=0.0), 4),
+        "mean_link_util": round(statistics.fmean(util_means), 4) if util_means else 0.0,
+        "loss_pct": round(100.0 * lost / sent, 4) if sent else 0.0,
+        "adaptive_moves": moves,
+        "jobs": head.get("jobs", []),
+        "fct_slowdown_by_size": head.get("fct_slowdown_by_size", {}),
+        "algbw_GBps": _mean([c["algbw_GBps"] for c in collectives]),
         "aggregate_goodput_mbps": round(sum(goodput) / max(1, len(reps)), 3),
         "goodput_mbps": {
             "min": min(goodput, default=None),
@@ -80,8 +149,6 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
         "fct_p50_s": _percentile(fcts, 0.5),
         "fct_p99_s": _percentile(fcts, 0.99),
         "fct_s": sorted(fcts),
-        "max_link_util": round(max(util_means, default=0.0), 4),
-        "mean_link_util": round(statistics.fmean(util_means), 4) if util_means else 0.0,
         "idle_links": sum(1 for u in util_means if u < IDLE_UTIL),
         "links_measured": len(util_means),
         "flows_per_link": {
@@ -92,24 +159,30 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
         },
         "reordered_packets": reordered,
         "lost_packets": lost,
-        "loss_pct": round(100.0 * lost / sent, 4) if sent else 0.0,
-        "adaptive_moves": moves,
         "emulator_overloaded": any(h["emulator_overloaded"] for h in headroom) if headroom else None,
         "headroom": headroom,
     }
     return result
 
 
+def _job_figures(
+    reps: list[dict[str, Any]], scenario: Scenario | None, reference: dict[str, Any] | None
+) -> dict[str, Any]:
+    """`traffic.figures.summarise` per repetition; numbers averaged over repetitions."""
+    if scenario is None or not reps:
+        return {}
+    jobs = workplan.jobs(scenario)
+    nic = rocerun.prepare(scenario).nic_bps if any(j.roce for j in jobs) else {}
+    per_rep = [summarise(flows_of(rep, jobs, nic), job_infos(jobs), reference) for rep in reps]
+    out: dict[str, Any] = dict(per_rep[0])
+    for key in JOB_FIELDS:
+        values = [r[key] for r in per_rep]
+        out[key] = statistics.fmean(values) if all(isinstance(v, int | float) for v in values) else None
+    return out
+
+
 def _mean(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 6) if values else None
-
-
-def _completion(flows: list[dict[str, Any]], collectives: list[dict[str, Any]]) -> float | None:
-    """The collective's time when there is one (as nccl-tests measures it), else the slowest flow's FCT."""
-    if collectives:
-        return _mean([c["seconds"] for c in collectives])
-    fcts = [float(f["fct_s"]) for f in flows if f.get("fct_s") is not None]
-    return max(fcts, default=None)
 
 
 # --- running -----------------------------------------------------------------------------------------------
@@ -121,8 +194,11 @@ def run_compare(
     out_dir: Path,
     progress: Progress | None = None,
     capacity: dict[str, Any] | None = None,
+    reference: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run `scenario` once per policy (fresh controller and fabric each) and write the comparison."""
+    """Run `scenario` once per policy (fresh controller and fabric each) and write the comparison.
+    `reference`: the non-blocking run of the same scenario ({"jobs": {index: completion s},
+    "aggregate_rate": bytes/s}, as `flowsim.metrics.reference` gives it) for slowdowns and ratios."""
     from emulation.compare_report import write_comparison  # noqa: PLC0415 - matplotlib only when writing
 
     progress = progress or (lambda fraction, what: None)
@@ -144,8 +220,11 @@ def run_compare(
         "duration_s": scenario.spec.duration_s,
         "repetitions": scenario.spec.repetitions,
         "engine": scenario.spec.controller.engine,
+        "reference": reference,
     }
-    by_policy = {p: {"controller": runs[p]["controller"], **figures(runs[p])} for p in policies}
+    by_policy = {
+        p: {"controller": runs[p]["controller"], **figures(runs[p], scenario, reference)} for p in policies
+    }
     summary["policies"] = by_policy
     summary["emulator_overloaded"] = any(f["emulator_overloaded"] for f in by_policy.values())
     write_comparison(summary, runs, out_dir)

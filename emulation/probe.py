@@ -22,6 +22,7 @@ thread and cause the loss they are meant to measure).
 from __future__ import annotations
 
 import json
+import random
 import socket
 import struct
 import sys
@@ -32,6 +33,10 @@ from traffic.entropy import spray_sport
 from traffic.fastpath import receive_buffer
 
 _HEADER = struct.Struct("!Qd")  # sequence number, send time
+#: Packet k leaves at a seeded random point of its slot [k, k + 1) x interval: exactly the rate on average,
+#: but never in lockstep with another flow of the same rate (periodic senders phase-lock at a drop-tail
+#: queue, and one of them loses everything the queue drops: Floyd & Jacobson's phase effects).
+JITTER_SLOTS = 4096
 _UDP = struct.Struct("!HHHH")  # source port, destination port, length, checksum
 
 
@@ -57,15 +62,20 @@ def send(
     interval = 1.0 / rate_pps
     pad = bytes(max(0, size - _HEADER.size))
     length = _UDP.size + _HEADER.size + len(pad)
+    rng = random.Random(f"{dst}:{port}:{sport}:{spray}")
+    offset = [rng.random() for _ in range(JITTER_SLOTS)]
     wall0, start = time.time(), time.perf_counter()
     end = start + duration_s
     seq = errors = 0
+
+    def due_at(k: int) -> float:
+        return (k + offset[k % JITTER_SLOTS]) * interval
+
     while True:
         now = time.perf_counter()
         if now >= end:
             break
-        due = int((now - start) / interval) + 1  # packets that should have left by now
-        while seq < due:
+        while due_at(seq) <= now - start:
             body = _HEADER.pack(seq, wall0 + (now - start)) + pad
             try:
                 if raw:
@@ -78,7 +88,7 @@ def send(
             seq += 1
         # sleep until the next packet is due (at least 0.5 ms: a few packets per wake-up at high rates), so a
         # slow flow costs a few hundred wake-ups a second, not two thousand
-        time.sleep(min(0.01, max(0.0005, seq * interval - (time.perf_counter() - start))))
+        time.sleep(min(0.01, max(0.0005, due_at(seq) - (time.perf_counter() - start))))
     entropy = "spray" if spray is not None else ("fixed" if sport is not None else "kernel")
     return {"sent": seq, "start": wall0, "rate_pps": rate_pps, "size": size, "entropy": entropy,
             "send_errors": errors, "dscp": dscp}  # fmt: skip

@@ -306,13 +306,25 @@ def _blocks(summary: dict[str, Any], plots: dict[int, list[str]]) -> list[Block]
                             c["out_of_order"],
                             c["bad_icrc"],
                             c["seconds"],
-                            c["algbw_gbps"],
-                            c["busbw_gbps"],
+                            c["algbw_GBps"],
+                            c["busbw_GBps"],
                         ]
                         for c in rep["collectives"]
                     ],
                 )
             )
+        if rep.get("replays"):
+            blocks.append(
+                (
+                    "table",
+                    ["RoCE replay", "messages", "complete", "packets", "s"],
+                    [
+                        [r["name"], r["messages"], r["complete"],
+                         f"{r['packets_received']}/{r['packets_expected']}", r["seconds"]]
+                        for r in rep["replays"]
+                    ],
+                )
+            )  # fmt: skip
         if rep["faults"]:
             blocks.append(
                 (

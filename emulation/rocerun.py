@@ -1,11 +1,15 @@
-"""RoCEv2 collectives inside a scenario run: the planner's bytes as RDMA WRITE streams between ranks.
+"""RoCEv2 traffic inside a scenario run: collectives, trace replays and KV-cache transfers as RDMA WRITEs.
 
-Each (src, dst) pair of the plan becomes one stream on its own QP, sized to the bytes the collective moves
-between them (in MTU-sized WRITE packets).  Every source host runs one `traffic.agent send-many` that
-interleaves its streams at its rate; every destination host runs one `traffic.agent recv` that verifies
-PSN order and ICRC per QP.  The collective's time is first packet to last packet over all its QPs, scored
-as nccl-tests does: algbw = per-rank size / time, busbw = algbw × the collective's bus factor.  (Steps are
-not barriered: this measures the fabric carrying the collective's traffic matrix, not NCCL's pipelining.)
+The scenario's RoCE messages come from `emulation.workplan` (the same expansion the simulator uses): one
+QP per collective pair or trace connection, packets of the job's MTU, PSNs continuing along a QP.  Every
+host that sends or receives them runs one `traffic.rankagent`: it sends the host's messages (posted at
+their times, in order per QP, a stepped collective's step only once this rank has finished the one before,
+paced per job at `rate_pps` or at the NIC's line rate) and receives its peers' (PSN order, ICRC, and when
+each message was complete).  All agents start at one wall-clock instant the runner gives them once every
+one is ready, so posting times mean the same on every host.
+
+A collective is scored as nccl-tests does: algbw = per-rank size / time, busbw = algbw x the bus factor,
+its time from the first packet sent to the last message received.
 """
 
 from __future__ import annotations
@@ -14,37 +18,35 @@ import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from controller.partitions_file import load_partitions
 from controller.sm.partitions import Partitions
+from emulation import workplan
 from emulation.mnfabric import MininetFabric
-from emulation.scenario import RoceCollective, Scenario, collective_plan
-from traffic.patterns import Plan, bus_factor
+from emulation.scenario import Scenario
+from emulation.workplan import Job, Message
+from topologies.model import PortRef
+from traffic.patterns import bus_factor
 from traffic.roce import DEFAULT_PKEY
 
-QP_BASE = 0x100
-
-
-@dataclass
-class _Collective:
-    item: RoceCollective
-    plan: Plan
-    pairs: dict[tuple[str, str], tuple[int, int]]  # (src, dst) -> (qp, packets)
-    #: (src, dst) -> the P_Key its packets carry in the BTH (the partition the pair shares)
-    pkeys: dict[tuple[str, str], int] = field(default_factory=dict)
+#: A receive is given up this long after its QP went quiet, at least (see `traffic.rankagent`).
+MIN_STALL_S = 0.2
 
 
 @dataclass
 class RoceRun:
-    collectives: list[_Collective]
-    #: Source hosts whose senders vary the UDP source port per packet (the policy sprays).
-    spraying: set[str] = field(default_factory=set)
-    receivers: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
-    senders: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
-    #: Frames each receiver's socket dropped (buffer full): the emulator's, counted before the socket closed.
+    jobs: list[Job]
+    messages: list[Message]
+    pkeys: dict[tuple[str, str], int]
+    #: The NIC speed of every host (bits/s) at the scenario's scale; None: unshaped.
+    nic_bps: dict[str, float | None] = field(default_factory=dict)
+    agents: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    start_at: float | None = None
+    #: Frames each agent's socket dropped (buffer full): the emulator's, counted before the socket closed.
     socket_drops: dict[str, int] = field(default_factory=dict)
 
 
@@ -59,136 +61,231 @@ def pair_pkey(partitions: Partitions | None, src: str, dst: str) -> int:
 
 
 def prepare(scenario: Scenario) -> RoceRun:
-    hosts = [h.name for h in scenario.fabric.hosts]
+    jobs = [j for j in workplan.jobs(scenario) if j.roce]
+    messages = workplan.messages(scenario) if jobs else []
     file = scenario.partitions_file
     partitions = load_partitions(file, scenario.fabric) if file is not None else None
-    collectives = []
-    qp = QP_BASE
-    for item in scenario.spec.traffic:
-        if not isinstance(item, RoceCollective):
-            continue
-        plan = collective_plan(item, hosts)
-        pairs = {}
-        for (src, dst), size in sorted(plan.bytes_by_pair().items()):
-            pairs[(src, dst)] = (qp, -(-size // item.mtu))
-            qp += 1
-        pkeys = {pair: pair_pkey(partitions, *pair) for pair in pairs}
-        collectives.append(_Collective(item, plan, pairs, pkeys))
-    spraying = {src for c in collectives if scenario.sprays(c.item.entropy) for src, _ in c.pairs}
-    return RoceRun(collectives, spraying)
+    pairs = {(m.src, m.dst) for m in messages}
+    pkeys = {pair: pair_pkey(partitions, *pair) for pair in sorted(pairs)}
+    nic: dict[str, float | None] = {}
+    for host in sorted({h for pair in pairs for h in pair}):
+        entry = scenario.fabric.port_map.get(PortRef(host, 1))
+        speed = scenario.fabric.links[entry[0]].bw_gbps if entry is not None else None
+        nic[host] = scenario.scale.mbps(speed) * 1e6 if scenario.scale is not None and speed else None
+    return RoceRun(jobs, messages, pkeys, nic)
 
 
-def start_receivers(run: RoceRun, net: MininetFabric, seconds: float) -> None:
-    dsts = sorted({dst for c in run.collectives for (_, dst) in c.pairs})
-    for host in dsts:
-        argv = [
-            sys.executable,
-            "-m",
-            "traffic.agent",
-            "recv",
-            net.intf_name(host, 1),
-            "--duration",
-            str(seconds),
-        ]
-        run.receivers[host] = net.popen(
-            host, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-        )
-    for proc in run.receivers.values():
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+def _line_pps(run: RoceRun, host: str, job: Job) -> float | None:
+    nic = run.nic_bps.get(host)
+    frame = job.frame_bytes
+    return nic / (8.0 * frame) if nic and frame else None
 
 
 def rates(run: RoceRun) -> dict[str, float]:
-    """Packets per second each source host sends (its agent interleaves all its streams at one rate)."""
+    """Packets per second each host's agent may send (its jobs' paced rates, or line rate, together)."""
     rate: dict[str, float] = {}
-    for c in run.collectives:
-        for src, _ in c.pairs:
-            rate[src] = max(rate.get(src, 0.0), c.item.rate_pps)
+    by_job = {j.index: j for j in run.jobs}
+    for host, job in sorted({(m.src, m.job) for m in run.messages}):
+        j = by_job[job]
+        pps = j.rate_pps or _line_pps(run, host, j) or 0.0
+        rate[host] = rate.get(host, 0.0) + pps
     return rate
 
 
-def start_senders(run: RoceRun, net: MininetFabric, work: Path) -> None:
-    by_src: dict[str, list[dict[str, Any]]] = {}
-    rate: dict[str, float] = {}
-    mtu: dict[str, int] = {}
-    for c in run.collectives:
-        for (src, dst), (qp, packets) in c.pairs.items():
-            mac, ip = net.addresses[(dst, 1)]
-            stream = {
-                "dst_mac": mac,
-                "dst_ip": ip,
-                "qp": qp,
-                "packets": packets,
-                "pkey": c.pkeys.get((src, dst), DEFAULT_PKEY),
-            }
-            if c.item.dscp is not None:  # the collective's traffic class (QoS); else the agent's RoCE default
-                stream["dscp"] = c.item.dscp
-            by_src.setdefault(src, []).append(stream)
-            rate[src] = max(rate.get(src, 0.0), c.item.rate_pps)
-            mtu[src] = c.item.mtu
-    for src, streams in by_src.items():
-        path = work / f"streams-{src}.json"
-        path.write_text(json.dumps(streams))
-        mac, ip = net.addresses[(src, 1)]
-        argv = [sys.executable, "-m", "traffic.agent", "send-many", net.intf_name(src, 1), "--src-mac", mac,
-                "--src-ip", ip, "--streams", str(path), "--rate", str(rate[src]),
-                "--size", str(mtu[src]), *(["--spray"] if src in run.spraying else [])]  # fmt: skip
-        run.senders[src] = net.popen(src, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def _stall_s(run: RoceRun) -> float:
+    """Longest expected gap between two packets of one QP, times eight: a quieter QP lost the rest."""
+    by_job = {j.index: j for j in run.jobs}
+    concurrent: dict[tuple[str, int, int], set[int]] = {}
+    for m in run.messages:
+        concurrent.setdefault((m.src, m.job, m.step), set()).add(m.qp)
+    gap = 0.0
+    for (src, job, _), qps in concurrent.items():
+        j = by_job[job]
+        pps = j.rate_pps or _line_pps(run, src, j)
+        if pps:
+            gap = max(gap, len(qps) / pps)
+    return max(MIN_STALL_S, 8.0 * gap)
 
 
-def finish(run: RoceRun) -> list[dict[str, Any]]:
-    starts = []
-    for proc in run.senders.values():
+def start(run: RoceRun, net: MininetFabric, work: Path, deadline_s: float) -> None:
+    """One agent per host that sends or receives RoCE messages; returns once all are ready."""
+    if not run.messages:
+        return
+    stall = _stall_s(run)
+    hosts = sorted({m.src for m in run.messages} | {m.dst for m in run.messages})
+    for host in hosts:
+        path = work / f"rank-{host}.json"
+        path.write_text(json.dumps(_agent_plan(run, net, host, deadline_s, stall)))
+        argv = [sys.executable, "-m", "traffic.rankagent", str(path)]
+        with open(work / f"rank-{host}.log", "w") as log:  # what an agent says on stderr, kept with the run
+            run.agents[host] = net.popen(
+                host, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+            )
+    for host, proc in run.agents.items():
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            said = (work / f"rank-{host}.log").read_text(errors="replace").strip().splitlines()
+            raise RuntimeError(f"the RoCE agent of {host} did not start: {said[-1] if said else 'no output'}")
+
+
+def _agent_plan(
+    run: RoceRun, net: MininetFabric, host: str, deadline_s: float, stall_s: float
+) -> dict[str, Any]:
+    """What `traffic.rankagent` on `host` sends and receives (`id`: the message's index in the run)."""
+    by_job = {j.index: j for j in run.jobs}
+    sends: list[dict[str, Any]] = []
+    recvs: list[dict[str, Any]] = []
+    steps: dict[int, set[int]] = {}
+    for k, m in enumerate(run.messages):
+        if host not in (m.src, m.dst):
+            continue
+        job = by_job[m.job]
+        steps.setdefault(m.job, set()).add(m.step)
+        if m.src == host:
+            dst_mac, dst_ip = net.addresses[(m.dst, 1)]
+            send = {"id": k, "job": m.job, "step": m.step, "qp": m.qp, "dst_mac": dst_mac, "dst_ip": dst_ip,
+                    "mtu": job.mtu, "packets": m.packets, "psn": m.psn, "post_s": m.post_s,
+                    "sport": None if job.sprays else workplan.sport_of(m.qp), "spray_offset": m.qp,
+                    "pkey": run.pkeys.get((m.src, m.dst), DEFAULT_PKEY)}  # fmt: skip
+            if job.dscp is not None:
+                send["dscp"] = job.dscp
+            sends.append(send)
+        else:
+            recvs.append(
+                {"id": k, "job": m.job, "step": m.step, "qp": m.qp, "psn": m.psn, "packets": m.packets}
+            )
+    mac, ip = net.addresses[(host, 1)]
+    jobs = {
+        str(j.index): {"rate_pps": j.rate_pps, "frame_bytes": j.frame_bytes, "steps": j.schedule == "steps",
+                       "rank_steps": sorted(steps.get(j.index, set()))}
+        for j in run.jobs
+    }  # fmt: skip
+    return {"iface": net.intf_name(host, 1), "src_mac": mac, "src_ip": ip, "start_at": None,
+            "deadline_s": deadline_s, "nic_bps": run.nic_bps.get(host), "stall_s": stall_s, "jobs": jobs,
+            "sends": sends, "recvs": recvs}  # fmt: skip
+
+
+def go(run: RoceRun, start_at: float) -> None:
+    """Every agent starts at `start_at` (wall clock, seconds)."""
+    run.start_at = start_at
+    for proc in run.agents.values():
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start_at!r}\n")
+        proc.stdin.flush()
+
+
+def finish(run: RoceRun) -> dict[str, Any]:
+    """The agents' reports merged: per message, per collective (as nccl-tests scores it)."""
+    reports: dict[str, dict[str, Any]] = {}
+    for host, proc in run.agents.items():
         out = proc.communicate(timeout=120)[0]
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            starts.append(float(json.loads(out)["start"]))
-    start = min(starts, default=None)
-    received: dict[str, dict[str, Any]] = {}
-    for host, proc in run.receivers.items():
-        report = json.loads(proc.communicate(timeout=120)[0])
-        received[host] = report["qps"]
-        run.socket_drops[host] = int(report.get("socket_drops", 0))
-    results = []
-    for c in run.collectives:
-        expected = got = lost = out_of_order = bad = 0
-        first, last = float("inf"), 0.0
-        fcts: list[float] = []
-        for (_, dst), (qp, packets) in c.pairs.items():
-            stats = received.get(dst, {}).get(str(qp))
-            expected += packets
-            if stats:
-                got += stats["received"]
-                lost += stats["lost"] + max(0, packets - stats["received"] - stats["lost"])
-                out_of_order += stats["out_of_order"]
-                bad += stats["bad_icrc"]
-                first, last = min(first, stats["first"]), max(last, stats["last"])
-                if start is not None:
-                    fcts.append(round(stats["last"] - start, 4))  # this QP's transfer: start to last byte
-            else:
-                lost += packets
-        seconds = last - first if got else 0.0
-        n = len(c.plan.ranks)
-        algbw = c.plan.size_bytes / seconds / 1e9 if seconds > 0 else 0.0
-        results.append(
-            {
-                "collective": c.plan.kind,
-                "ranks": n,
-                "size_bytes": c.plan.size_bytes,
-                "qps": len(c.pairs),
-                "packets_expected": expected,
-                "packets_received": got,
-                "lost": lost,
-                "out_of_order": out_of_order,
-                "bad_icrc": bad,
-                "seconds": round(seconds, 4),
-                "algbw_gbps": float(f"{algbw:.6g}"),
-                "busbw_gbps": float(f"{algbw * bus_factor(c.plan.kind, n):.6g}"),
-                "qp_fct_s": sorted(fcts),
-                "sprayed": any(src in run.spraying for src, _ in c.pairs),
-                "dscp": c.item.dscp,
-                "mtu": c.item.mtu,
-            }
-        )
-    return results
+        with contextlib.suppress(ValueError, TypeError):
+            reports[host] = json.loads(out.strip().splitlines()[-1])
+        run.socket_drops[host] = int(reports.get(host, {}).get("socket_drops", 0))
+    t0 = run.start_at or 0.0
+    records = []
+    for k, m in enumerate(run.messages):
+        first, last, sent = reports.get(m.src, {}).get("sends", {}).get(str(k)) or [None, None, 0]
+        received, done_at, complete = reports.get(m.dst, {}).get("recvs", {}).get(str(k)) or [0, None, False]
+        records.append({"job": m.job, "src": m.src, "dst": m.dst, "qp": m.qp, "step": m.step,
+                        "post_s": m.post_s, "payload_bytes": m.payload_bytes, "packets": m.packets,
+                        "sent": sent, "received": received, "complete": complete,
+                        "first_sent_s": _rel(first, t0), "last_sent_s": _rel(last, t0),
+                        "done_s": _rel(done_at, t0)})  # fmt: skip
+    qps: dict[int, dict[str, Any]] = {}
+    for report in reports.values():
+        for qp, stats in report.get("qps", {}).items():
+            qps[int(qp)] = stats
+    return {"collectives": _collectives(run, records, qps), "replays": _replays(run, records),
+            "messages": records, "start_at": t0}  # fmt: skip
 
 
-__all__ = ["RoceRun", "finish", "prepare", "rates", "start_receivers", "start_senders"]
+def _replays(run: RoceRun, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per trace or KV-cache job: its messages, how much arrived, and first post to last delivery."""
+    out = []
+    for job in run.jobs:
+        if job.schedule != "posted":
+            continue
+        mine = [r for r in records if r["job"] == job.index]
+        ends = [r["done_s"] for r in mine if r["done_s"] is not None]
+        start = min((r["post_s"] for r in mine), default=0.0)
+        out.append({
+            "job": job.index,
+            "name": job.label,
+            "messages": len(mine),
+            "complete": sum(1 for r in mine if r["complete"]),
+            "packets_expected": sum(r["packets"] for r in mine),
+            "packets_received": sum(r["received"] for r in mine),
+            "seconds": round(max(ends) - start, 4) if ends else None,
+        })  # fmt: skip
+    return out
+
+
+def _rel(at: float | None, t0: float) -> float | None:
+    return round(at - t0, 6) if at is not None else None
+
+
+def _collectives(
+    run: RoceRun, records: list[dict[str, Any]], qps: dict[int, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    out = []
+    for job in run.jobs:
+        if job.collective is None:
+            continue
+        kind, n, size = job.collective
+        mine = [r for r in records if r["job"] == job.index]
+        expected = sum(r["packets"] for r in mine)
+        got = sum(r["received"] for r in mine)
+        qp_ids = sorted({r["qp"] for r in mine})
+        starts = [r["first_sent_s"] for r in mine if r["first_sent_s"] is not None]
+        ends = [r["done_s"] for r in mine if r["done_s"] is not None]
+        seconds = max(ends) - min(starts) if starts and ends else 0.0
+        algbw = size / seconds / 1e9 if seconds > 0 else 0.0
+        stats = [qps[q] for q in qp_ids if q in qps]
+        by_qp: dict[int, float] = {}
+        for r in mine:
+            if r["done_s"] is not None and starts:
+                by_qp[r["qp"]] = max(by_qp.get(r["qp"], 0.0), r["done_s"] - min(starts))
+        out.append({
+            "job": job.index,
+            "collective": kind,
+            "ranks": n,
+            "size_bytes": size,
+            "schedule": job.schedule,
+            "qps": len(qp_ids),
+            "packets_expected": expected,
+            "packets_received": got,
+            "lost": expected - got,
+            "out_of_order": sum(int(s.get("out_of_order", 0)) for s in stats),
+            "bad_icrc": sum(int(s.get("bad_icrc", 0)) for s in stats),
+            "seconds": round(seconds, 4),
+            "algbw_GBps": float(f"{algbw:.6g}"),
+            "busbw_GBps": float(f"{algbw * bus_factor(kind, n):.6g}"),
+            "qp_fct_s": sorted(round(v, 4) for v in by_qp.values()),
+            "sprayed": job.sprays,
+            "dscp": job.dscp,
+            "mtu": job.mtu,
+        })  # fmt: skip
+    return out
+
+
+@contextlib.contextmanager
+def session(scenario: Scenario) -> Iterator[RoceRun]:
+    """The scenario's RoCE traffic, its agents killed on the way out whatever happened."""
+    run = prepare(scenario)
+    try:
+        yield run
+    finally:
+        stop(run)
+
+
+def stop(run: RoceRun) -> None:
+    """Kill agents still running (a run that failed before `finish`)."""
+    for proc in run.agents.values():
+        if proc.poll() is None:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+
+
+__all__ = ["RoceRun", "finish", "go", "pair_pkey", "prepare", "rates", "session", "start", "stop"]

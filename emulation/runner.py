@@ -218,10 +218,10 @@ def _run_once(
         ctl.stop()
     flow_results = _flow_results(flows, placement, measured["senders"], measured["receivers"])
     offered = sum(int(f["sent"]) for f in flow_results)
-    offered += sum(int(c["packets_expected"]) for c in measured["collectives"])
+    offered += sum(int(m["sent"]) for m in measured["roce_messages"])
     p99s = [f["latency_ms"]["p99"] for f in flow_results if f.get("latency_ms")]
     received = sum(int(f["received"]) for f in flow_results)
-    received += sum(int(c["packets_received"]) for c in measured["collectives"])
+    received += sum(int(m["received"]) for m in measured["roce_messages"])
     headroom = assess(before, after, offered, faulted, max(p99s, default=None),
                       offered_load(scenario, flows), capacity, received_packets=received,
                       fault_window_losses=_fault_window_losses(flow_results, measured["faults"]),
@@ -234,6 +234,8 @@ def _run_once(
         "flows": flow_results,
         "headroom": headroom,
         "collectives": measured["collectives"],
+        "replays": measured["replays"],
+        "roce_messages": measured["roce_messages"],
         "faults": measured["faults"],
         "loss_windows": _loss_windows(flows, measured["receivers"], measured["faults"]),
         "events": events,
@@ -265,10 +267,22 @@ def _traffic_and_faults(
     progress: Progress,
     work: Path,
 ) -> dict[str, Any]:
+    with rocerun.session(scenario) as roce:
+        return _send_and_measure(scenario, net, ctl, flows, (progress, work), roce)
+
+
+def _send_and_measure(
+    scenario: Scenario,
+    net: MininetFabric,
+    ctl: ControllerProcess,
+    flows: list[FlowPlan],
+    where: tuple[Progress, Path],
+    roce: rocerun.RoceRun,
+) -> dict[str, Any]:
     spec = scenario.spec
+    progress, work = where
     total = spec.duration_s + spec.settle_s
-    roce = rocerun.prepare(scenario)
-    rocerun.start_receivers(roce, net, total + 1.0)
+    rocerun.start(roce, net, work, total + 1.0)
     receivers = {}
     for i, flow in enumerate(flows):
         argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(total + 1.0)]
@@ -296,7 +310,7 @@ def _traffic_and_faults(
     poller = threading.Thread(target=poll, name="counters", daemon=True)
     t0 = time.monotonic()
     poller.start()
-    rocerun.start_senders(roce, net, work)
+    rocerun.go(roce, time.time())
     while True:
         now = time.monotonic() - t0
         while pending and flows[pending[0]].start_s <= now:
@@ -326,12 +340,15 @@ def _traffic_and_faults(
     sent = {name: json.loads(p.communicate(timeout=60)[0]) for name, p in senders.items()}
     received = {name: json.loads(p.communicate(timeout=60)[0]) for name, p in receivers.items()}
     poller.join(5)
+    roce_result = rocerun.finish(roce)
     return {
         "senders": sent,
         "receivers": received,
         "faults": fault_log,
         "utilisation": _utilisation(scenario, samples),
-        "collectives": rocerun.finish(roce),
+        "collectives": roce_result["collectives"],
+        "replays": roce_result["replays"],
+        "roce_messages": roce_result["messages"],
         "receiver_socket_drops": roce.socket_drops,
     }
 
@@ -346,10 +363,14 @@ def _flow_results(
         result.append(
             {
                 "name": flow.name,
+                "job": flow.job,
                 "src": flow.src,
                 "dst": flow.dst,
                 "path": placement[flow.name],
                 "rate_pps": flow.rate_pps,
+                "size_bytes": flow.size_bytes,
+                "start_s": flow.start_s,
+                "duration_s": flow.duration_s,
                 "sent": tx["sent"],
                 "received": rx["received"],
                 "lost": lost,

@@ -48,10 +48,10 @@ from controller.qosfile import load_policy
 from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, class_map, default_policies
 from controller.sm.qos import QosPolicy
-from emulation.mnfabric import Scale
 from topologies.errors import InputError, read_input_file
 from topologies.loader import load_topology
 from topologies.model import Fabric
+from topologies.scale import Scale
 from topologies.yamlio import AllowedKeys, Document, PathItem, load_document, validate
 from traffic.entropy import seeded_sports
 from traffic.errors import TrafficError, parse_hosts, parse_size
@@ -139,6 +139,11 @@ class UdpPermutation(_Strict):
     dscp: Annotated[int, Field(ge=0, le=63)] | None = None
 
 
+Mtu = Literal[256, 512, 1024, 2048, 4096]
+#: Packets per second a RoCE sender may be paced at (None: the NIC's line rate at the scenario's scale).
+RatePps = Annotated[float, Field(gt=0, le=200_000)] | None
+
+
 class RoceCollective(_Strict):
     """A collective's bytes as RoCEv2 RDMA WRITE streams between the ranks (one QP per pair)."""
 
@@ -146,18 +151,21 @@ class RoceCollective(_Strict):
     collective: str
     ranks: str | list[str]
     size: str | int
-    rate_pps: Annotated[float, Field(gt=0, le=200_000)] = 2000.0
-    mtu: Literal[256, 512, 1024, 2048, 4096] = 1024
+    #: Each rank's sender paced at this many packets per second (all its QPs together); default: line rate.
+    rate_pps: RatePps = None
+    mtu: Mtu = 1024
     entropy: Entropy = "policy"
-    #: "steps": the planner's dependent steps (the simulator runs them rank by rank); "one-phase": every
-    #: transfer at once (all-to-all only; MoE dispatch).  The emulator always sends the whole matrix at once.
+    #: "steps": the planner's dependent steps, rank by rank (a rank starts step s once it has sent and
+    #: received all of step s-1), in the emulator and the simulator alike; "one-phase": the whole traffic
+    #: matrix at once (each pair's bytes of every step as one message; MoE dispatch for an all-to-all).
     schedule: Literal["steps", "one-phase"] = "steps"
     #: Traffic class (DSCP) of its packets (default: the agent's RoCE default, 26).
     dscp: Annotated[int, Field(ge=0, le=63)] | None = None
 
 
 class KvTransfer(_Strict):
-    """KV-cache transfers of disaggregated serving (`traffic.kvcache`); simulated only for now."""
+    """KV-cache transfers of disaggregated serving (`traffic.kvcache`): every page an RDMA WRITE, posted
+    when its layer is computed, one QP per prefill -> decode pair."""
 
     kind: Literal["kv-transfer"]
     model: str
@@ -169,18 +177,25 @@ class KvTransfer(_Strict):
     arrival_rate_per_s: Annotated[float, Field(ge=0)] = 0.0
     layer_time_us: Annotated[float, Field(ge=0)] = 0.0
     start_s: Annotated[float, Field(ge=0)] = 0.0
+    mtu: Mtu = 1024
+    rate_pps: RatePps = None
+    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
 
 
 class TraceReplay(_Strict):
-    """A congestion trace (`traffic.trace`, JSON Lines) replayed from `start_s`; simulated only for now."""
+    """A congestion trace (`traffic.trace`, JSON Lines) replayed from `start_s`: every record an RDMA WRITE
+    posted at its time, messages of one (src, qp) in order.  `time_scale` stretches the trace's clock and
+    `size_scale` its message sizes (a trace recorded at real speed replayed on a scaled fabric: both
+    instruments apply the same factors)."""
 
     kind: Literal["trace"]
     file: str
     start_s: Annotated[float, Field(ge=0)] = 0.0
-
-
-#: Traffic kinds the emulator cannot send yet (`fabriclab sim` runs them).
-SIMULATED_ONLY = ("kv-transfer", "trace")
+    time_scale: Annotated[float, Field(gt=0, le=1e9)] = 1.0
+    size_scale: Annotated[float, Field(gt=0, le=1e9)] = 1.0
+    mtu: Mtu = 1024
+    rate_pps: RatePps = None
+    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
 
 
 class Fault(_Strict):
@@ -262,6 +277,8 @@ class FlowPlan:
     sport: int | None = None
     spray: int | None = None
     dscp: int | None = None
+    #: The traffic item (`traffic[job]`) the flow belongs to.
+    job: int = 0
 
     @property
     def entropy(self) -> str:
@@ -306,7 +323,7 @@ class Scenario:
                 duration = item.duration_s or (self.spec.duration_s - item.start_s)
                 plans.append(self._entropy(FlowPlan(f"f{index}", item.src, item.dst, item.rate_pps,
                                                     item.size_bytes, item.start_s, duration,
-                                                    dscp=item.dscp),
+                                                    dscp=item.dscp, job=index),
                                            item.entropy, repetition, item.sport))  # fmt: skip
                 continue
             members = list(item.hosts or hosts)
@@ -322,6 +339,7 @@ class Scenario:
                         0.0,
                         self.spec.duration_s,
                         dscp=item.dscp,
+                        job=index,
                     )
                     plans.append(self._entropy(plan, item.entropy, repetition))
         return plans
@@ -374,8 +392,6 @@ PLAN_CHECK_RANKS = 256
 
 def check_collective(item: RoceCollective, hosts: Sequence[str]) -> None:
     ranks = collective_ranks(item, hosts)
-    if item.schedule == "one-phase" and item.collective != "alltoall":
-        raise TrafficError("one-phase scheduling is for alltoall only", field="schedule")
     if len(ranks) <= PLAN_CHECK_RANKS:
         plan(item.collective, ranks, parse_size(item.size))
         return
@@ -388,11 +404,16 @@ def check_collective(item: RoceCollective, hosts: Sequence[str]) -> None:
 
 
 def emulator_refuses(scenario: Scenario) -> str | None:
-    """Why the emulator cannot run this scenario yet (None: it can).  `fabriclab sim` runs all of them.
-    (Every routing policy runs on the emulator: the controller realises it, the senders follow it.)"""
-    for i, item in enumerate(scenario.spec.traffic):
-        if item.kind in SIMULATED_ONLY:
-            return f"traffic[{i}].kind: {item.kind!r} traffic is simulated only for now (use `fabriclab sim`)"
+    """Why the emulator cannot run this scenario (None: it can).  Every traffic kind and every routing
+    policy of the controller runs on both instruments; what is left is what the emulator cannot shape."""
+    if scenario.scale is None and any(
+        isinstance(item, RoceCollective | KvTransfer | TraceReplay) and item.rate_pps is None
+        for item in scenario.spec.traffic
+    ):
+        return (
+            "scale: RoCE senders at line rate need shaped links (give `scale:`, or `rate_pps` for each "
+            "RoCE traffic item): unshaped, the line rate is the machine's, not the modelled NIC's"
+        )
     return None
 
 
@@ -542,7 +563,6 @@ def _check_trace(item: TraceReplay, hosts: set[str], doc: Document, i: int, path
 
 
 __all__ = [
-    "SIMULATED_ONLY",
     "FlowPlan",
     "KvTransfer",
     "RoceCollective",

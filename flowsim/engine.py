@@ -1,9 +1,13 @@
 """The event loop: flows arrive, share links max-min fairly, complete; collectives step; faults reroute;
-the adaptive policy re-places flows every interval.
+adaptive routing re-places flows at its interval, local adaptive routing at every event.
 
 Rates are piecewise constant between events (arrival, completion, timed end, fault, adaptive tick), so the
 simulation jumps from event to event and recomputes rates only there.  Completions closer than a relative
-1e-6 of each other are processed together.  Nothing here reads files or prints: progress goes to a callback.
+`BATCH_TOL` of each other are processed together.  Nothing here reads files or prints: progress goes to a
+callback.
+
+Where flows go (tables, slot tables, counters) is `flowsim.placement`'s; runs of identical collective
+steps in lockstep are advanced whole periods at a time by `flowsim.lockstep`.
 
 Routes live in an append-only store (a flow's links and weights are a slice of it), so rerouting appends and
 the solver gathers the active slices into a CSR matrix.  Large one-phase batches (a 4,096-GPU all-to-all is
@@ -21,14 +25,19 @@ from collections.abc import Callable
 
 import numpy as np
 
-from controller.sm.policies import default_policies
-from flowsim.adaptive import next_allowed
-from flowsim.maxmin import max_min, ranges
-from flowsim.network import F64, I32, I64, Network, Routing, fabric_link_index, route_fabric
+from flowsim.adaptive import LOCAL_AR_TOL
+from flowsim.lockstep import Lockstep
+from flowsim.maxmin import max_min, open_loop, ranges
+from flowsim.network import F64, I32, I64, Network, fabric_link_index
+from flowsim.placement import Placement
+from flowsim.policies import sim_policies
 from flowsim.pool import BYTES_PER_GBIT, GroupResult, Pool, SimConfig, SimResult
-from flowsim.routes import Routes, five_tuple_hash, spray, walk
-from flowsim.steps import CollectiveState, SyncMark, equivalent_run, lockstep_candidate
+from flowsim.routes import Routes
+from flowsim.steps import CollectiveState
 from flowsim.workload import FlowBatch, Workload
+from traffic.entropy import flow_sports, pair_qp
+from traffic.figures import Flows
+from traffic.wire import roce_wire_bytes
 
 Progress = Callable[[float, str], None]
 #: Flows that would complete within this fraction of the elapsed time of the next completion complete with
@@ -36,46 +45,43 @@ Progress = Callable[[float, str], None]
 BATCH_TOL = 1e-3
 
 
-class Simulator:
+class Simulator(Lockstep):
     def __init__(
         self, network: Network, workload: Workload, config: SimConfig, progress: Progress | None = None
     ):
         self.net = network
         self.work = workload
         self.cfg = config
-        self.policy = default_policies().create(config.policy, config.params)
+        self.policy = sim_policies().create(config.policy, config.params)
         self.progress = progress
         n_sw = network.subnet.n_switches
-        self.base_up = network.n_links
-        self.base_down = network.n_links + n_sw
-        self.cap = np.concatenate([network.cap_gbps, np.zeros(2 * n_sw)])
+        self.cap = np.concatenate([network.cap_gbps, np.zeros(2 * n_sw), workload.pacers_gbps])
+        self.link_bytes = np.zeros(self.cap.size)
+        self.tick_bytes = np.zeros(self.cap.size)
+        self.load = np.zeros(self.cap.size)
+        self.place = Placement(network, self.policy, config.engine, config.seed, config.ideal, self.cap.size,
+                               self._grow)  # fmt: skip
+        self.base_up, self.base_down = self.place.base_up, self.place.base_down
+        self.nic = network.nic_gbps
         self.bundle_src = np.zeros(network.n_hosts, bool)
         self.bundle_dst = np.zeros(network.n_hosts, bool)
         self.fabric_ids = np.flatnonzero(network.fabric_link).astype(np.int64)
-        self.down_links: set[int] = set()
-        self.down_switches: set[str] = set()
-        self._routings: dict[tuple[frozenset[int], frozenset[str]], Routing] = {}
-        self.routing = self._routing()
-        self.allowed = self.routing.tables.alt.copy()
         self.pool = Pool()
         self.now = 0.0
-        self.link_bytes = np.zeros(self.cap.size)
         self.heat = np.zeros((config.heat_bins, self.fabric_ids.size))
         self.bin_s = 1e-6
         self.stats: dict[str, float] = dict.fromkeys(
             ("events", "solves", "rounds", "moves", "reroutes", "classes", "members", "skipped_steps"), 0.0
         )
-        self.done_fct: list[F64] = []
-        self.done_size: list[F64] = []
-        self.done_mult: list[F64] = []
-        self.timed: list[tuple[F64, F64, F64]] = []
+        self.done: list[Flows] = []
         self.batches = list(workload.batches)
-        self.groups = [GroupResult(b.name, math.inf, None, b.collective) for b in self.batches]
+        timed_jobs = {j.index for j in workload.job_infos() if j.timed}
+        self.groups = [GroupResult(b.name, math.inf, None, b.collective, job=b.job, timed=b.job in timed_jobs)
+                       for b in self.batches]  # fmt: skip
         self.colls = [CollectiveState.of(c) for c in workload.collectives]
         for c in workload.collectives:
-            self.groups.append(
-                GroupResult(c.name, c.start_s, None, (c.kind, int(c.ranks.size), c.size_bytes), c.bus_factor)
-            )
+            self.groups.append(GroupResult(c.name, c.start_s, None, (c.kind, int(c.ranks.size), c.size_bytes),
+                                           c.bus_factor, job=c.job))  # fmt: skip
         for g in self.groups:
             if g.collective and g.bus_factor is None:
                 from traffic.patterns import bus_factor  # noqa: PLC0415
@@ -95,73 +101,49 @@ class Simulator:
             self.successor.append(nxt)
             times, inverse = np.unique(b.start_s[free], return_inverse=True)
             for k, t in enumerate(times):
-                self._push(float(t), bi, free[inverse == k])
+                self._push(float(t), bi, free[inverse.ravel() == k])
         self.faults = sorted(workload.faults)
         self.total_members = float(sum(b.n for b in self.batches)) + sum(
             float(c.step(0)[0].size) * c.n_steps for c in workload.collectives
         )
         self.done_members = 0.0
         self.dirty = True
-        self.next_tick = (
-            config.params.interval_ms / 1000.0 if self.policy.adaptive and not config.ideal else math.inf
-        )
-        self.tick_bytes = self.link_bytes.copy()
+        self.next_tick = config.params.interval_ms / 1000.0 if self.place.adaptive is not None else math.inf
         self.started_members = 0.0
         self.disturbances = 0
-        self.load = np.zeros(self.cap.size)
 
-    # --- routing ------------------------------------------------------------------------------------
+    def _grow(self, need: int) -> None:
+        """Link ids up to `need` exist (counters are added as slot-table sets appear)."""
+        if need <= self.cap.size:
+            return
+        more = need - self.cap.size
+        self.cap = np.concatenate([self.cap, np.full(more, np.inf)])
+        self.link_bytes = np.concatenate([self.link_bytes, np.zeros(more)])
+        self.tick_bytes = np.concatenate([self.tick_bytes, np.zeros(more)])
+        self.load = np.concatenate([self.load, np.zeros(more)])
 
-    def _routing(self) -> Routing:
-        key = (frozenset(self.down_links), frozenset(self.down_switches))
-        if key not in self._routings:
-            self._routings[key] = route_fabric(self.net, self.cfg.engine, *key)
-        return self._routings[key]
-
-    def _routes(self, src: I32, dst: I32, sport: I32) -> Routes:
-        """Fabric part of the routes (ending with the hop into the destination host) under the policy."""
-        if self.cfg.ideal:
-            n = src.size
-            ok = self.routing.reachable(src, dst)
-            indptr = np.arange(n + 1, dtype=np.int64)
-            leaf = self.net.leaf_of.astype(np.int64)
-            key = leaf[src] * self.net.subnet.n_switches + leaf[dst]
-            return Routes(indptr, self.net.host_down[dst], np.ones(n), ok, key)
-        if self.policy.name == "spray":
-            return spray(self.routing, src, dst)
-        if self.policy.name == "adaptive":
-            return spray(self.routing, src, dst, self.allowed)
-        if self.policy.name == "static":
-            return walk(self.routing, src, dst, None)
-        return walk(self.routing, src, dst, five_tuple_hash(self.routing, src, dst, sport, self.cfg.seed))
-
-    def _full_routes(self, src: I32, dst: I32, sport: I32, aggregated: bool) -> tuple[Routes, I64, I32, F64]:
-        """Routes with the source's uplink (or its leaf's bundle) in front; returns CSR and ok."""
-        r = self._routes(src, dst, sport)
-        counts = np.diff(r.indptr)
-        n = src.size
-        new_counts = np.where(r.ok, counts + 1, 0)
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(new_counts, out=indptr[1:])
-        links = np.empty(int(indptr[-1]), dtype=np.int32)
-        weight = np.empty(int(indptr[-1]))
-        good = np.flatnonzero(r.ok)
-        leaf = self.net.leaf_of
-        first = np.where(aggregated, self.base_up + leaf[src[good]], self.net.host_up[src[good]])
-        links[indptr[good]] = first
-        weight[indptr[good]] = 1.0
-        body = ranges(indptr[good] + 1, counts[good])
-        links[body] = r.links[ranges(r.indptr[good], counts[good])]
-        weight[body] = r.weight[ranges(r.indptr[good], counts[good])]
-        if aggregated:  # the last hop (into the host) becomes the destination leaf's bundle
-            links[indptr[good + 1] - 1] = self.base_down + leaf[dst[good]]
-        return r, indptr, links, weight
+    def _full_routes(
+        self, src: I32, dst: I32, sport: I32, sprayed: np.ndarray, pacer: I32, aggregated: bool
+    ) -> tuple[Routes, I64, I32, F64, I32]:
+        return self.place.full_routes(src, dst, sport, sprayed, pacer, aggregated)
 
     # --- starting flows -----------------------------------------------------------------------------
 
     def _push(self, t: float, batch: int, idx: I64) -> None:
         heapq.heappush(self.arrivals, (t, self._seq, batch, idx))
         self._seq += 1
+
+    def _sprayed(self, entropy: np.ndarray) -> np.ndarray:
+        """Per flow: its packets vary the source port (entropy 2, or 0 under a per-packet policy)."""
+        out: np.ndarray = (entropy == 2) | ((entropy == 0) & self.policy.per_packet)
+        return out
+
+    def _alone(self, size: F64, cap: F64, src: I32, dst: I32, pacer: I32) -> F64:
+        """FCT alone on an idle fabric: bytes at the slowest of its cap, NICs and pacer."""
+        rate = np.minimum(np.minimum(cap, self.nic[src]), self.nic[dst])
+        paced = pacer >= 0
+        rate[paced] = np.minimum(rate[paced], self.cap[self.place.base_pacer + pacer[paced]])
+        return size / (rate * BYTES_PER_GBIT)
 
     def _start_batch(self, bi: int, idx: I64) -> None:
         b = self.batches[bi]
@@ -170,18 +152,21 @@ class Simulator:
         aggregate = (mode == "always" or (mode == "auto" and idx.size > self.cfg.aggregate_above)) and (
             b.after is None
         )
-        nic = self.net.subnet.ep_bw_gbps
         if aggregate:
-            self._start_classes(bi, b, idx, nic)
+            self._start_classes(bi, b, idx)
             return
         src, dst = b.src[idx], b.dst[idx]
-        _r, indptr, links, weight = self._full_routes(src, dst, b.sport[idx], False)
-        off, length = self.pool.put_routes(indptr, links, weight)
+        sprayed = self._sprayed(_col(b.entropy, idx, 0))
+        pacer = _col(b.pacer, idx, -1)
+        _r, indptr, links, weight, hop = self._full_routes(src, dst, b.sport[idx], sprayed, pacer, False)
+        off, length = self.pool.put_routes(indptr, links, weight, hop)
         timed = ~np.isfinite(b.size_bytes[idx])
+        cap = b.rate_cap_gbps[idx]
+        alone = np.where(timed, b.duration_s[idx], self._alone(b.size_bytes[idx], cap, src, dst, pacer))
         self.pool.add(
             mult=np.ones(idx.size),
             remaining=b.size_bytes[idx],
-            cap=b.rate_cap_gbps[idx],
+            cap=cap,
             start=np.full(idx.size, self.now),
             end=np.where(timed, self.now + b.duration_s[idx], np.inf),
             rate=np.zeros(idx.size),
@@ -194,14 +179,21 @@ class Simulator:
             off=off,
             len=length,
             agg=np.zeros(idx.size, bool),
+            job=np.full(idx.size, b.job),
+            payload=_col(b.payload_frac, idx, 1.0),
+            posted=b.start_s[idx],
+            alone=alone,
+            pacer=pacer,
+            sprayed=sprayed,
         )
         self.stats["members"] += idx.size
         self.started_members += idx.size
         self.dirty = True
 
-    def _start_classes(self, bi: int, b: FlowBatch, idx: I64, nic: F64) -> None:
+    def _start_classes(self, bi: int, b: FlowBatch, idx: I64) -> None:
         """Aggregate members into (route, size, cap) classes; routes are built for one member per class."""
         net = self.net
+        nic = self.nic
         self.bundle_src[b.src[idx]] = True
         self.bundle_dst[b.dst[idx]] = True
         leaf = net.leaf_of
@@ -210,22 +202,24 @@ class Simulator:
         down = np.bincount(leaf, weights=nic * self.bundle_dst, minlength=n_sw)
         self.cap[self.base_up : self.base_up + n_sw] = up
         self.cap[self.base_down : self.base_down + n_sw] = down
-        by_pair = self.cfg.ideal or self.policy.per_packet  # spray-like routes depend on the leaf pair only
+        sprayed_all = self._sprayed(_col(b.entropy, idx, 0))
+        pacer_all = _col(b.pacer, idx, -1)
+        by_pair = self.cfg.ideal or bool(sprayed_all.all())  # routes depend on the pair only
         keys: list[I64] = []
         for lo in range(0, idx.size, 1 << 20):
             chunk = idx[lo : lo + (1 << 20)]
             src, dst = b.src[chunk], b.dst[chunk]
             if by_pair:
-                ok = self.routing.reachable(src, dst)
+                ok = self.place.routing.reachable(src, dst)
                 key = leaf[src].astype(np.int64) * n_sw + leaf[dst]
             else:
-                r = self._routes(src, dst, b.sport[chunk])
+                r = self.place.routes(src, dst, b.sport[chunk], sprayed_all[lo : lo + chunk.size])
                 ok, key = r.ok, r.key
             keys.append(np.where(ok & (key >= 0), key, -2 - chunk))  # unroutable or too long: on its own
-        # class = (route key, size, cap): factorise each column, then one 1-D unique of the combined code
+        # class = (route key, size, cap, pacer): factorise each column, then one 1-D unique of the code
         cap_all = np.minimum(b.rate_cap_gbps[idx], np.minimum(nic[b.src[idx]], nic[b.dst[idx]]))
         code = np.zeros(idx.size, dtype=np.int64)
-        for column in (np.concatenate(keys), b.size_bytes[idx], cap_all):
+        for column in (np.concatenate(keys), b.size_bytes[idx], cap_all, pacer_all):
             values, inverse_col = np.unique(column, return_inverse=True)
             code = code * values.size + inverse_col.ravel()
         _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
@@ -233,8 +227,10 @@ class Simulator:
         cap_of_class = cap_all[first]
         rep = idx[first]
         src, dst = b.src[rep], b.dst[rep]
-        _, indptr, links, weight = self._full_routes(src, dst, b.sport[rep], True)
-        off, length = self.pool.put_routes(indptr, links, weight)
+        pacer = pacer_all[first]
+        sprayed = sprayed_all[first]
+        _, indptr, links, weight, hop = self._full_routes(src, dst, b.sport[rep], sprayed, pacer, True)
+        off, length = self.pool.put_routes(indptr, links, weight, hop)
         n = rep.size
         self.pool.add(
             mult=mult,
@@ -252,6 +248,12 @@ class Simulator:
             off=off,
             len=length,
             agg=np.ones(n, bool),
+            job=np.full(n, b.job),
+            payload=_col(b.payload_frac, rep, 1.0),
+            posted=b.start_s[rep],
+            alone=self._alone(b.size_bytes[rep], cap_of_class, src, dst, pacer),
+            pacer=pacer,
+            sprayed=sprayed,
         )
         self.stats["classes"] += n
         self.stats["members"] += idx.size
@@ -265,16 +267,23 @@ class Simulator:
             if state.started_at is None:
                 state.started_at = self.now
                 state.advance(self.now)
+            spec = state.spec
             for st, positions in state.ready():
-                ranks = state.spec.ranks
-                src, dst = ranks[st.src[positions]], ranks[st.dst[positions]]
-                sport = positions.astype(np.int32) & 0x3FFF
-                _r, indptr, links, weight = self._full_routes(src, dst, sport, False)
-                off, length = self.pool.put_routes(indptr, links, weight)
+                ranks = spec.ranks
+                i, j = st.src[positions], st.dst[positions]
+                src, dst = ranks[i], ranks[j]
+                n_ranks = int(ranks.size)
+                qp = pair_qp(spec.qp_offset, i.astype(np.int64), j.astype(np.int64), n_ranks)
+                sport = flow_sports(qp)
+                wire = _wire(st.size[positions], spec.mtu)
+                pacer = spec.pacer[i] if spec.pacer is not None else np.full(positions.size, -1, np.int32)
+                sprayed = self._sprayed(np.full(positions.size, spec.entropy, dtype=np.int8))
+                _r, indptr, links, weight, hop = self._full_routes(src, dst, sport, sprayed, pacer, False)
+                off, length = self.pool.put_routes(indptr, links, weight, hop)
                 m = positions.size
                 self.pool.add(
                     mult=np.ones(m),
-                    remaining=st.size[positions],
+                    remaining=wire,
                     cap=np.full(m, np.inf),
                     start=np.full(m, self.now),
                     end=np.full(m, np.inf),
@@ -288,6 +297,12 @@ class Simulator:
                     off=off,
                     len=length,
                     agg=np.zeros(m, bool),
+                    job=np.full(m, spec.job),
+                    payload=st.size[positions] / np.maximum(wire, 1e-300),
+                    posted=np.full(m, self.now),
+                    alone=self._alone(wire, np.full(m, np.inf), src, dst, pacer),
+                    pacer=pacer,
+                    sprayed=sprayed,
                 )
                 st.started[positions] = True
                 st.fct[positions] = self.now
@@ -321,19 +336,50 @@ class Simulator:
         self.stats["events"] = events
         return self._result()
 
-    def _solve(self) -> None:
+    def _solve_once(self) -> None:
+        """Rates: open-loop (timed) flows first, as drop-tail links treat them (`open_loop`), then everything
+        else max-min fairly in what they leave."""
         p = self.pool
         live = p.len > 0
-        idx = np.flatnonzero(live)
+        timed = live & np.isfinite(p.end)
+        p.rate[:] = 0.0
+        cap = self.cap
+        self.load = np.zeros(cap.size)
+        idx = np.flatnonzero(timed)
+        if idx.size:
+            indptr, sel = self._csr(idx)
+            delivered, carried = open_loop(cap, indptr, p.store_links[sel], p.store_weight[sel],
+                                           p.store_hop[sel], p.mult[idx], p.cap[idx])  # fmt: skip
+            p.rate[idx] = delivered
+            self.load += carried
+            cap = np.where(np.isfinite(cap), np.maximum(cap - carried, 0.0), cap)
+        idx = np.flatnonzero(live & ~timed)
+        if idx.size:
+            indptr, sel = self._csr(idx)
+            alloc = max_min(cap, indptr, p.store_links[sel], p.store_weight[sel], p.mult[idx], p.cap[idx])
+            p.rate[idx] = alloc.rate
+            self.load += alloc.load
+            self.stats["rounds"] += alloc.rounds
+        self.stats["solves"] += 1
+
+    def _csr(self, idx: I64) -> tuple[I64, I64]:
+        p = self.pool
         indptr = np.zeros(idx.size + 1, np.int64)
         np.cumsum(p.len[idx], out=indptr[1:])
-        sel = ranges(p.off[idx], p.len[idx])
-        alloc = max_min(self.cap, indptr, p.store_links[sel], p.store_weight[sel], p.mult[idx], p.cap[idx])
-        p.rate[:] = 0.0
-        p.rate[idx] = alloc.rate
-        self.load = alloc.load
-        self.stats["solves"] += 1
-        self.stats["rounds"] += alloc.rounds
+        return indptr, ranges(p.off[idx], p.len[idx])
+
+    def _solve(self) -> None:
+        self._solve_once()
+        if self.place.local_ar and self.pool.n:
+            for round_ in range(self.cfg.local_ar_rounds):
+                frac, moved, change = self.place.local_step(self.load, self.cap)
+                if change < LOCAL_AR_TOL:
+                    break
+                if round_ == 0:
+                    self.stats["moves"] += moved
+                self.place.frac = frac
+                self._reroute_all()
+                self._solve_once()
         self.dirty = False
 
     def _next_dt(self) -> float:
@@ -404,17 +450,43 @@ class Simulator:
         if self.pool.n != before and self.cfg.lockstep:
             self._maybe_skip()
 
+    def _queue_delay(self, rows: I64) -> F64:
+        """What saturated switch queues on each open-loop flow's route add to its last byte's delay (open-loop
+        senders overfill a saturated port: its queue is full, `buffer_bytes` deep), weighted by the share of
+        the flow crossing it.  Closed-loop (sized) flows do not fill queues in a fluid model."""
+        buffer = self.work.buffer_bytes
+        if not buffer or rows.size == 0:
+            return np.zeros(rows.size)
+        p = self.pool
+        lens = p.len[rows]
+        at = ranges(p.off[rows], lens)
+        links = p.store_links[at]
+        share = p.store_weight[at]
+        real = links < self.net.n_links
+        sat = np.zeros(links.size, dtype=bool)
+        sat[real] = self.net.switch_egress[links[real]] & (
+            self.load[links[real]] >= self.cap[links[real]] * (1 - 1e-6)
+        )
+        delay = np.where(sat, buffer / (self.cap[np.where(real, links, 0)] * BYTES_PER_GBIT), 0.0) * share
+        owner = np.repeat(np.arange(rows.size), lens)
+        return np.bincount(owner, weights=delay, minlength=rows.size).astype(np.float64)
+
     def _finish(self, done: np.ndarray, ended: np.ndarray) -> None:
         p = self.pool
         now = self.now
         fin = np.flatnonzero(done)
         timed = np.flatnonzero(ended)
         if fin.size:
-            self.done_fct.append(now - p.start[fin])
-            self.done_mult.append(p.mult[fin])
-            self.done_size.append(p.size[fin])
+            payload = p.size[fin] * p.payload[fin]
+            self.done.append(Flows(p.job[fin], p.step[fin].astype(np.int64), payload, payload, p.posted[fin],
+                                   now - p.posted[fin], p.alone[fin], p.mult[fin]))  # fmt: skip
         if timed.size:
-            self.timed.append((p.sent[timed], now - p.start[timed], p.mult[timed]))
+            duration = now - p.start[timed]
+            offered = p.cap[timed] * BYTES_PER_GBIT * duration * p.payload[timed]
+            delivered = p.sent[timed] * p.payload[timed]
+            self.done.append(Flows(p.job[timed], np.zeros(timed.size, dtype=np.int64), offered, delivered,
+                                   p.posted[timed], duration + self._queue_delay(timed), p.alone[timed],
+                                   p.mult[timed]))  # fmt: skip
         gone = np.concatenate([fin, timed])
         self.done_members += float(p.mult[gone].sum())
         owner = p.owner[gone]
@@ -432,8 +504,8 @@ class Simulator:
         for ci in np.unique(-1 - owner[owner < 0]):
             state = self.colls[ci]
             sel = gone[owner == -1 - ci]
-            for s in np.unique(p.step[sel]):
-                state.completed(int(s), p.pos[sel[p.step[sel] == s]], now)
+            for st in np.unique(p.step[sel]):
+                state.completed(int(st), p.pos[sel[p.step[sel] == st]].astype(np.int32), now)
             state.advance(now)
             if state.finished:
                 self.groups[len(self.batches) + ci].end_s = state.finished_at
@@ -445,14 +517,12 @@ class Simulator:
     # --- faults, adaptive re-placement, lockstep skipping ------------------------------------------------
 
     def _fault(self, action: str, target: str) -> None:
+        down = action.endswith("_down")
         if action.startswith("link"):
             node, _, port = target.rpartition(":")
-            link = fabric_link_index(self.net.fabric, node, int(port))
-            (self.down_links.add if action == "link_down" else self.down_links.discard)(link)
+            self.place.fault(fabric_link_index(self.net.fabric, node, int(port)), None, down)
         else:
-            (self.down_switches.add if action == "switch_down" else self.down_switches.discard)(target)
-        self.routing = self._routing()
-        self.allowed = self.routing.tables.alt.copy()
+            self.place.fault(None, target, down)
         self.stats["reroutes"] += 1
         self._reroute_all()
 
@@ -464,118 +534,48 @@ class Simulator:
         for agg in (False, True):
             rows = np.flatnonzero(p.agg == agg)
             if rows.size:
-                _, indptr, links, weight = self._full_routes(p.src[rows], p.dst[rows], p.sport[rows], agg)
-                p.off[rows], p.len[rows] = self.pool.put_routes(indptr, links, weight)
+                _, indptr, links, weight, hop = self._full_routes(
+                    p.src[rows], p.dst[rows], p.sport[rows], p.sprayed[rows], p.pacer[rows], agg
+                )
+                p.off[rows], p.len[rows] = self.pool.put_routes(indptr, links, weight, hop)
         self.dirty = True
 
     def _adaptive_tick(self) -> None:
-        interval = self.cfg.params.interval_ms / 1000.0
-        util = np.zeros(self.cap.size)
-        real = self.cap > 0
-        util[real] = (self.link_bytes[real] - self.tick_bytes[real]) / (
-            self.cap[real] * BYTES_PER_GBIT * interval
-        )
+        delta = self.link_bytes - self.tick_bytes
         self.tick_bytes = self.link_bytes.copy()
         if not self.pool.n:
             return
-        params = self.cfg.params
-        allowed = next_allowed(self.routing, self.allowed, util, params.threshold, params.hysteresis)
-        changed = int(np.unpackbits(allowed ^ self.allowed).sum())
-        if changed:
-            self.allowed = allowed
-            self.stats["moves"] += changed
+        if self.place.adaptive_sample(delta, self.cap, self.cfg.params):
+            assert self.place.adaptive is not None
+            self.stats["moves"] = float(self.place.adaptive.moves)
             self._reroute_all()
 
-    def _external_horizon(self) -> float:
-        times = [math.inf]
-        if self.arrivals:
-            times.append(self.arrivals[0][0])
-        if self.faults:
-            times.append(self.faults[0][0])
-        times.append(self.next_tick)
-        times += [c.spec.start_s for c in self.colls if c.started_at is None and not c.finished]
-        return min(times)
-
-    def _maybe_skip(self) -> None:
-        p = self.pool
-        for ci, state in enumerate(self.colls):
-            for st in list(state.window.values()):
-                if st.all_started_at != self.now:
-                    continue
-                mine = (p.owner == -1 - ci) & (p.step == st.index)
-                if not mine.all():
-                    state.last_mark = None
-                    continue
-                mark = state.last_mark
-                quiet = (
-                    mark is not None
-                    and mark.started == self.started_members - st.src.size
-                    and mark.disturbances == self.disturbances
-                )
-                if quiet and lockstep_candidate(state, st):
-                    assert mark is not None and state.last_done is not None
-                    period = self.now - mark.at
-                    k = equivalent_run(state, st.index) - 1
-                    horizon = self._external_horizon()
-                    if math.isfinite(horizon) and period > 0:
-                        k = min(k, int((horizon - self.now) / period) - 1)
-                    if k >= 1 and period > 0:
-                        self._skip(state, st, k, period, mark)
-                state.last_mark = SyncMark(
-                    st.index, self.now, self.link_bytes.copy(), self.started_members, self.disturbances
-                )
-
-    def _skip(self, state: CollectiveState, st: object, k: int, period: float, mark: SyncMark) -> None:
-        """Advance a collective in lockstep by k whole steps, each a repeat of the last finished one."""
-        from flowsim.steps import StepState  # noqa: PLC0415
-
-        assert isinstance(st, StepState) and state.last_done is not None
-        prev = state.last_done
-        m = prev.src.size
-        self.done_fct.append(prev.fct.copy())
-        self.done_size.append(prev.size.copy())
-        self.done_mult.append(np.full(m, float(k)))
-        delta = self.link_bytes - mark.link_bytes
-        span = k * period
-        self.link_bytes += k * delta
-        self._bin(self.now, self.now + span, delta[self.fabric_ids] / period)
-        self.now += span
-        self.pool.start += span
-        st.fct += span
-        st.all_started_at = st.first_start = self.now
-        del state.window[st.index]
-        st.index += k
-        state.window[st.index] = st
-        self.pool.step += k
-        state.done += k
-        state.next_step += k
-        state.skipped_steps += k
-        self.stats["skipped_steps"] += k
-        self.done_members += float(k * m)
-        self.started_members += float(k * m)
-
     def _result(self) -> SimResult:
-        def cat(parts: list[F64]) -> F64:
-            return np.concatenate(parts) if parts else np.zeros(0)
-
-        timed = self.timed
         return SimResult(
             policy=self.policy.name,
             end_s=self.now,
             groups=self.groups,
-            fct_s=cat(self.done_fct),
-            size_bytes=cat(self.done_size),
-            mult=cat(self.done_mult),
-            timed_bytes=cat([t[0] for t in timed]),
-            timed_s=cat([t[1] for t in timed]),
-            timed_mult=cat([t[2] for t in timed]),
+            flows=Flows.concat(self.done),
             fabric_links=self.fabric_ids,
             link_bytes=self.link_bytes[self.fabric_ids],
             heat=self.heat,
             bin_s=self.bin_s,
             stats=self.stats,
             unfinished=int(self.pool.mult.sum()) + sum(len(a[3]) for a in self.arrivals),
+            wide_sets=self.place.tables.wide,
+            adaptive_reasons=tuple(self.place.adaptive.reasons) if self.place.adaptive is not None else (),
         )
+
+
+def _col(values: np.ndarray | None, idx: I64, default: float) -> np.ndarray:
+    if values is None:
+        return np.full(idx.size, default, dtype=np.int32 if isinstance(default, int) else np.float64)
+    return values[idx]
+
+
+def _wire(size: F64, mtu: int | None) -> F64:
+    """Bytes on the wire of RDMA WRITEs of `size` payload at `mtu` (`traffic.wire`); no MTU: as they are."""
+    return size.astype(np.float64) if mtu is None else roce_wire_bytes(size, mtu)
 
 
 __all__ = ["BATCH_TOL", "BYTES_PER_GBIT", "Progress", "SimConfig", "SimResult", "Simulator"]

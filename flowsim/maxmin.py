@@ -201,3 +201,59 @@ def _independent_bottlenecks(
 
 
 __all__ = ["BATCH_LINKS", "REL_TOL", "Allocation", "max_min", "ranges"]
+
+
+def open_loop(
+    cap: F64, indptr: I64, links: I32, weight: F64, hop: I32, mult: F64, rate: F64, rounds: int = 16
+) -> tuple[F64, F64]:
+    """What open-loop flows (a fixed sending rate, no congestion control) deliver through drop-tail links:
+    a link offered more than its capacity passes each arriving packet with probability capacity / offered
+    (senders jittered, so drops fall in proportion to arrivals, not max-min), and what a flow lost on one
+    hop no longer loads the hops after it.  Entries carry their hop number (0 at the sender); a flow split
+    over several links at one hop (spraying) survives that hop in proportion to their shares (mean field).
+    Links of infinite capacity (counters) pass everything and do not count towards survival.
+
+    Returns (delivered rate per member, load carried per link: what left each link, counters: what
+    arrived).  A fixed point of survival probabilities, iterated hop-ordered until it settles."""
+    n_flows, n_links = mult.size, cap.size
+    if n_flows == 0 or links.size == 0:
+        return rate.copy(), np.zeros(n_links)
+    counts = np.diff(indptr)
+    flow_of = np.repeat(np.arange(n_flows, dtype=np.int64), counts)
+    order = np.lexsort((hop, flow_of))
+    load: F64 = np.zeros(n_links)
+    f, h, lk, w = flow_of[order], hop[order].astype(np.int64), links[order], weight[order]
+    real = np.isfinite(cap[lk])
+    span = int(h.max()) + 2
+    seg_key = f * span + np.maximum(h, 0)
+    new_seg = np.ones(seg_key.size, dtype=bool)
+    new_seg[1:] = seg_key[1:] != seg_key[:-1]
+    seg_start = np.flatnonzero(new_seg)
+    seg_of = np.cumsum(new_seg) - 1
+    seg_flow = f[seg_start]
+    first_seg = np.ones(seg_start.size, dtype=bool)
+    first_seg[1:] = seg_flow[1:] != seg_flow[:-1]
+    den = np.add.reduceat(np.where(real, w, 0.0), seg_start)
+    survive = np.ones(n_links)
+    offered = mult[f] * rate[f] * w
+    log_avg = np.zeros(seg_start.size)
+    for _ in range(rounds):
+        num = np.add.reduceat(np.where(real, w * survive[lk], 0.0), seg_start)
+        avg = np.where(den > 0, num / np.maximum(den, 1e-300), 1.0)
+        log_avg = np.log(np.maximum(avg, 1e-300))
+        cum = np.cumsum(log_avg)
+        before = cum - log_avg  # inclusive sums up to the previous segment
+        base = np.maximum.accumulate(np.where(first_seg, np.arange(seg_start.size), 0))
+        exclusive = before - before[base]  # within the flow: survival of every earlier hop
+        load = np.bincount(lk, weights=offered * np.exp(exclusive[seg_of]), minlength=n_links).astype(
+            np.float64
+        )
+        new = np.where(load > cap, cap / np.maximum(load, 1e-300), 1.0)
+        settled = bool(np.abs(new - survive).max() < 1e-12)
+        survive = new
+        if settled:
+            break
+    total = np.bincount(seg_flow, weights=log_avg, minlength=n_flows)
+    delivered = rate * np.exp(total)
+    carried = np.where(np.isfinite(cap), np.minimum(load, cap), load)
+    return delivered, carried

@@ -1,18 +1,18 @@
-"""Figures of a run, the summary schema shared with the emulator's `compare`, and how far two summaries are.
+"""Figures of a simulated run (the summary schema the emulator's `compare` writes too), and how far a
+simulation and an emulation of the same scenario are apart (`comparison.json`).
 
-Per policy (`summary.json`: `{"policies": {NAME: {...}}}`):
+Per policy (`summary.json`: `{"policies": {NAME: {...}}}`), job-level figures first (`traffic.figures`):
 
-* `completion_s` — when the last transfer finished (a collective's completion time when it is alone).
-* `busbw_gbps` — nccl-tests' bus bandwidth in GB/s (1e9 bytes/s, as nccl-tests prints and as
-  `traffic.patterns.score` reports it): per-rank size / time x the collective's bus factor; for plain
-  patterns (permutation, shift, incast) the mean bytes a sending host sent / completion time (bus factor 1).
-  With several collectives, the first one's.
-* `throughput_ratio` — achieved aggregate rate / ideal aggregate rate: the sum over flows of bytes / FCT
-  (timed flows: bytes delivered / duration), divided by the same sum for the same traffic on a
-  non-blocking fabric with the same NICs (every flow of a permutation at its NIC's line rate).
-* `fct_p50_s`, `fct_p99_s` — flow completion time percentiles, flows weighted by their members.
-* `max_link_util`, `mean_link_util` — switch-to-switch link directions, bytes carried / (capacity x
-  completion time): the busiest link and the average over all of them.
+* `slowdown` — the slowest job's completion / its completion on a non-blocking fabric with the same NICs
+  and pacing (the reference run, done every time); `completion_s` — the last job's completion;
+* `goodput_gbps` — delivered payload / the run's span; `fct_slowdown_p50`/`_p99` — per flow, FCT over its
+  FCT alone, by size bucket in `details.fct_slowdown_by_size`;
+* `busbw_GBps` — nccl-tests' bus bandwidth in GB/s (1e9 bytes/s) of the first collective;
+* `throughput_ratio` — the *mean-rate* ratio (sum of bytes / FCT over the non-blocking run's): kept for
+  what it is; it reads 1.0 while a job finishes late when short flows finish early;
+* `max_link_util`, `mean_link_util` — switch-to-switch link directions, bytes / (capacity x run time);
+* `loss_pct` — what open-loop (timed) flows offered beyond what they got: the fluid model's loss;
+* `adaptive_moves` — slot moves of the controller's `adaptive` (or re-splits of `local-ar`).
 """
 
 from __future__ import annotations
@@ -25,89 +25,90 @@ import numpy as np
 
 from flowsim.engine import BYTES_PER_GBIT, SimResult
 from flowsim.network import F64, Network
+from flowsim.workload import Workload
+from topologies.scale import Scale
+from traffic import figures
+from traffic.figures import JobInfo, weighted_percentile
 
 FIELDS = (
-    "completion_s",
-    "busbw_gbps",
-    "throughput_ratio",
-    "fct_p50_s",
-    "fct_p99_s",
+    *figures.JOB_FIELDS,
     "max_link_util",
     "mean_link_util",
+    "loss_pct",
+    "adaptive_moves",
 )
+#: What agreement between the simulator and the emulator is judged on (ordering by the first).
+JUDGED = ("slowdown", "completion_s", "goodput_gbps")
+TOLERANCE = 0.15
 
 
-def weighted_percentile(values: F64, weights: F64, q: float) -> float:
-    """The q-th percentile (0..100) of values counted `weights` times (inverse of the weighted CDF)."""
-    if values.size == 0:
-        return math.nan
-    order = np.argsort(values, kind="stable")
-    v, w = values[order], weights[order]
-    cum = np.cumsum(w)
-    target = q / 100.0 * cum[-1]
-    return float(v[min(int(np.searchsorted(cum, target, side="left")), v.size - 1)])
+def job_completions(result: SimResult, jobs: Sequence[JobInfo]) -> dict[int, float | None]:
+    """Simulated completion of every job that is not timed (timed jobs' come from their flows)."""
+    timed = {j.index for j in jobs if j.timed}
+    out: dict[int, float | None] = {}
+    for g in result.groups:
+        if g.job in timed or g.timed:
+            continue
+        if g.end_s is not None and math.isfinite(g.start_s):
+            out[g.job] = max(out.get(g.job) or 0.0, g.end_s - g.start_s)
+    return out
 
 
-def aggregate_rate(result: SimResult) -> float:
-    """Sum of per-flow achieved rates (bytes/s), members counted."""
-    sized = float((result.mult * result.size_bytes / np.maximum(result.fct_s, 1e-300)).sum())
-    timed = float((result.timed_mult * result.timed_bytes / np.maximum(result.timed_s, 1e-300)).sum())
-    return sized + timed
+def reference(ideal: SimResult, jobs: Sequence[JobInfo]) -> dict[str, Any]:
+    """What the non-blocking run gives the figures: per job completion, and the aggregate rate."""
+    done = job_completions(ideal, jobs)
+    for job in jobs:
+        if job.index not in done:
+            done[job.index] = figures.job_completion(
+                ideal.flows, job.index, job.stepped, job.timed or job.posted
+            )
+    return {"jobs": done, "aggregate_rate": figures.aggregate_rate(ideal.flows)}
 
 
-def summarise(result: SimResult, ideal: SimResult, network: Network) -> dict[str, Any]:
+def summarise(result: SimResult, ideal: SimResult, network: Network, workload: Workload) -> dict[str, Any]:
     """One policy's figures (the summary schema) plus details for the report."""
+    jobs = workload.job_infos()
     end = result.end_s
     caps = network.cap_gbps[result.fabric_links]
     util = result.link_bytes / np.maximum(caps * BYTES_PER_GBIT * max(end, 1e-300), 1e-300)
-    ideal_rate = aggregate_rate(ideal)
-    first = next((g for g in result.groups if g.collective is not None), None)
-    busbw: float | None = None
+    head = figures.summarise(result.flows, jobs, reference(ideal, jobs), job_completions(result, jobs))
+    delivered = head.pop("delivered_pct")
+    flows = result.flows
     groups = []
     for g in result.groups:
-        row: dict[str, Any] = {"name": g.name, "start_s": _num(g.start_s), "end_s": _num(g.end_s)}
-        if g.collective is not None and g.end_s is not None and g.end_s > g.start_s:
-            kind, n, size = g.collective
-            seconds = g.end_s - g.start_s
-            algbw = size / seconds / 1e9
-            factor = g.bus_factor if g.bus_factor is not None else 1.0
-            row.update(
-                kind=kind,
-                ranks=n,
-                size_bytes=size,
-                seconds=seconds,
-                algbw_gbps=algbw,
-                busbw_gbps=algbw * factor,
-                skipped_steps=g.skipped_steps,
-            )
-            if g is first:
-                busbw = algbw * factor
+        row: dict[str, Any] = {
+            "name": g.name,
+            "job": g.job,
+            "start_s": _num(g.start_s),
+            "end_s": _num(g.end_s),
+        }
+        if g.skipped_steps:
+            row["skipped_steps"] = g.skipped_steps
         groups.append(row)
-    if busbw is None and result.fct_s.size and end > 0:
-        busbw = _pattern_busbw(result, end)
     return {
-        "completion_s": end,
-        "busbw_gbps": busbw,
-        "throughput_ratio": aggregate_rate(result) / ideal_rate if ideal_rate > 0 else None,
-        "fct_p50_s": _num(weighted_percentile(result.fct_s, result.mult, 50)),
-        "fct_p99_s": _num(weighted_percentile(result.fct_s, result.mult, 99)),
+        "slowdown": head["slowdown"],
+        "completion_s": head["completion_s"],
+        "goodput_gbps": head["goodput_gbps"],
+        "fct_slowdown_p50": head["fct_slowdown_p50"],
+        "fct_slowdown_p99": head["fct_slowdown_p99"],
+        "busbw_GBps": head["busbw_GBps"],
+        "throughput_ratio": head["throughput_ratio"],
         "max_link_util": float(util.max()) if util.size else 0.0,
         "mean_link_util": float(util.mean()) if util.size else 0.0,
+        "loss_pct": max(0.0, round(100.0 - delivered, 6)) if delivered is not None else None,
+        "adaptive_moves": int(result.stats.get("moves", 0)),
+        "jobs": head["jobs"],
         "details": {
-            "ideal_completion_s": ideal.end_s,
+            "fct_slowdown_by_size": head["fct_slowdown_by_size"],
+            "fct_p50_s": weighted_percentile(flows.effective_fct_s, flows.mult, 50),
+            "fct_p99_s": weighted_percentile(flows.effective_fct_s, flows.mult, 99),
             "unfinished_flows": result.unfinished,
             "groups": groups,
             "engine": {k: int(v) for k, v in result.stats.items()},
+            "wide_sets": result.wide_sets,
+            "adaptive_reasons": list(result.adaptive_reasons[:20]),
         },
     }
-
-
-def _pattern_busbw(result: SimResult, end: float) -> float:
-    """Mean bytes per flow / completion (GB/s): nccl-tests' sendrecv busbw when every sender sends one
-    flow (permutations, shifts, incast — the patterns this is used for)."""
-    members = float(result.mult.sum())
-    total = float((result.mult * result.size_bytes).sum())
-    return total / max(members, 1.0) / end / 1e9
 
 
 def _num(value: float | None) -> float | None:
@@ -115,11 +116,15 @@ def _num(value: float | None) -> float | None:
 
 
 def fct_cdf(result: SimResult, points: int = 200) -> tuple[F64, F64]:
-    """(fct seconds, cumulative fraction) sampled at `points` quantiles, members weighted."""
-    if result.fct_s.size == 0:
+    """(effective fct seconds, cumulative fraction) sampled at `points` quantiles, members weighted."""
+    flows = result.flows
+    if flows.job.size == 0:
         return np.zeros(0), np.zeros(0)
     qs = np.linspace(0, 100, points)
-    return np.array([weighted_percentile(result.fct_s, result.mult, q) for q in qs]), qs / 100.0
+    eff = flows.effective_fct_s
+    values = [weighted_percentile(eff, flows.mult, q) for q in qs]
+    keep = [i for i, v in enumerate(values) if v is not None]
+    return np.array([values[i] for i in keep], dtype=np.float64), qs[keep] / 100.0
 
 
 def hottest_links(result: SimResult, network: Network, count: int = 24) -> tuple[list[str], F64, float]:
@@ -138,60 +143,111 @@ def hottest_links(result: SimResult, network: Network, count: int = 24) -> tuple
 # --- cross-validation with the emulator --------------------------------------------------------------
 
 
-def ordering(summary: Mapping[str, Any], field: str = "throughput_ratio") -> list[str]:
-    """Policies from best to worst on `field` (higher is better for throughput and busbw)."""
+def ordering(summary: Mapping[str, Any], field: str = "slowdown") -> list[str]:
+    """Policies from best to worst on `field` (lower slowdown first; higher is better for other fields)."""
     rows = summary.get("policies", {})
-    have = [(name, row.get(field)) for name, row in rows.items() if isinstance(row.get(field), int | float)]
-    return [name for name, _ in sorted(have, key=lambda item: (-float(item[1]), item[0]))]
+    have = [(name, row.get(field)) for name, row in rows.items() if _is_num(row.get(field))]
+    sign = 1.0 if field in ("slowdown", "completion_s") else -1.0
+    return [name for name, _ in sorted(have, key=lambda item: (sign * float(item[1]), item[0]))]
 
 
-def compare(sim: Mapping[str, Any], emu: Mapping[str, Any], tolerance: float = 0.15) -> dict[str, Any]:
-    """How far a simulation summary is from an emulation `compare` summary (same schema).
+def compare(sim: Mapping[str, Any], emu: Mapping[str, Any], tolerance: float = TOLERANCE) -> dict[str, Any]:
+    """How far a simulation summary is from an emulation `compare` summary of the same scenario.
 
-    Agreement means: the same per-policy ordering by throughput ratio (policies whose emulated ratios lie
-    within the tolerance of each other count as tied, so noise cannot fail it), and every policy's
-    throughput ratio within `tolerance` (relative to the emulated one)."""
+    Comparable only when both ran the same scenario at the same link speeds, the emulator kept up (its
+    headroom verdict clean under every policy), and every judged figure (`JUDGED`) exists on both sides —
+    a figure missing on either side makes the comparison not comparable, with the reason; it never reads
+    as agreement.  Then they agree when the ordering by slowdown is the same (policies whose emulated
+    slowdowns lie within the tolerance of each other count as tied) and every judged figure is within the
+    tolerance (relative to the emulated one)."""
     sim_rows, emu_rows = sim.get("policies", {}), emu.get("policies", {})
     common = [name for name in sim_rows if name in emu_rows]
-    rows = []
-    within = True
+    why: list[str] = []
+    if not common:
+        why.append("no policy ran in both")
+    if sim.get("scenario") and emu.get("scenario") and sim.get("scenario") != emu.get("scenario"):
+        why.append(
+            f"different scenarios (simulated {sim.get('scenario')!r}, emulated {emu.get('scenario')!r})"
+        )
+    if _factor(sim.get("scale")) != _factor(emu.get("scale")):
+        why.append(f"different link speeds (simulated at scale {sim.get('scale') or 'real'}, emulated at "
+                   f"{emu.get('scale') or 'unshaped'})")  # fmt: skip
+    overloaded = [n for n in common if emu_rows[n].get("emulator_overloaded")]
+    if overloaded:
+        why.append(f"the emulator was overloaded under {', '.join(overloaded)}: its figures describe the "
+                   "machine, not the modelled fabric")  # fmt: skip
+    rows: dict[str, dict[str, Any]] = {}
+    diffs: list[float] = []
     for name in common:
-        row: dict[str, Any] = {"policy": name}
+        row: dict[str, Any] = {}
         for field in FIELDS:
             a, b = sim_rows[name].get(field), emu_rows[name].get(field)
             row[field] = {"sim": a, "emu": b, "rel_diff": _rel(a, b)}
-        diff = row["throughput_ratio"]["rel_diff"]
-        row["ratio_within_tolerance"] = diff is not None and diff <= tolerance
-        within &= bool(row["ratio_within_tolerance"])
-        rows.append(row)
+        for field in JUDGED:
+            a, b = sim_rows[name].get(field), emu_rows[name].get(field)
+            if not _is_num(a) or not _is_num(b):
+                side = " and ".join(s for s, v in (("simulation", a), ("emulation", b)) if not _is_num(v))
+                why.append(f"{name}: {field} missing in the {side}")
+            else:
+                diffs.append(row[field]["rel_diff"])
+        rows[name] = row
     sim_order = [n for n in ordering(sim) if n in common]
     emu_order = [n for n in ordering(emu) if n in common]
+    comparable = not why
+    same = _same_order(sim_order, emu_rows, tolerance) if comparable else False
+    max_diff = max(diffs) if diffs and comparable else None
     return {
-        "policies": common,
-        "only_sim": [n for n in sim_rows if n not in emu_rows],
-        "only_emu": [n for n in emu_rows if n not in sim_rows],
+        "comparable": comparable,
+        "why_not": "; ".join(why) if why else None,
+        "same_order": same,
+        "max_rel_diff": max_diff,
+        "agree": bool(comparable and same and max_diff is not None and max_diff <= tolerance),
+        "tolerance": tolerance,
+        "judged": list(JUDGED),
+        "order_by": "slowdown",
         "sim_order": sim_order,
         "emu_order": emu_order,
-        "same_order": _same_order(sim_order, emu_rows, tolerance),
-        "tolerance": tolerance,
-        "ratios_within_tolerance": within and bool(common),
-        "rows": rows,
+        "policies": rows,
+        "not_modelled": {
+            name: {
+                "emulated_loss_pct": emu_rows[name].get("loss_pct"),
+                "simulated_loss_pct": sim_rows[name].get("loss_pct"),
+                "emulated_reordered_packets": emu_rows[name].get("reordered_packets"),
+            }
+            for name in common
+        },
+        "only_sim": [n for n in sim_rows if n not in emu_rows],
+        "only_emu": [n for n in emu_rows if n not in sim_rows],
     }
+
+
+def _factor(text: Any) -> float | str | None:
+    """A scale as emulated / real speed (so 400G=500K and 400G=0.5M are the same); None: real speeds."""
+    if not text:
+        return None
+    try:
+        return round(Scale.parse(str(text)).factor, 15)
+    except ValueError:
+        return str(text)
 
 
 def _same_order(sim_order: Sequence[str], emu_rows: Mapping[str, Any], tolerance: float) -> bool:
     """The simulated order never ranks a policy above one the emulation measured clearly better."""
     for i, better in enumerate(sim_order):
         for worse in sim_order[i + 1 :]:
-            a = emu_rows[better].get("throughput_ratio")
-            b = emu_rows[worse].get("throughput_ratio")
-            if isinstance(a, int | float) and isinstance(b, int | float) and b > a * (1 + tolerance):
+            a = emu_rows[better].get("slowdown")
+            b = emu_rows[worse].get("slowdown")
+            if _is_num(a) and _is_num(b) and a > b * (1 + tolerance):
                 return False
     return True
 
 
+def _is_num(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _rel(a: Any, b: Any) -> float | None:
-    if not isinstance(a, int | float) or not isinstance(b, int | float):
+    if not _is_num(a) or not _is_num(b):
         return None
     if b == 0:
         return 0.0 if a == 0 else math.inf
@@ -201,55 +257,66 @@ def _rel(a: Any, b: Any) -> float | None:
 def comparison_markdown(result: Mapping[str, Any]) -> str:
     """The report section: how far apart simulation and emulation are, and the verdict."""
     tol = result["tolerance"]
+    if not result["comparable"]:
+        verdict = f"**Not comparable**: {result['why_not']}."
+    else:
+        verdict = (
+            f"{'**Agree**' if result['agree'] else '**Disagree**'}: ordering by slowdown "
+            f"{'the same' if result['same_order'] else 'DIFFERENT'} (ties within {tol:.0%}); largest "
+            f"difference on {', '.join(result['judged'])} {_pct(result['max_rel_diff'])} "
+            f"(tolerance {tol:.0%})."
+        )
     lines = [
         "## Simulation vs emulation",
         "",
-        f"Policies in both: {', '.join(result['policies']) or 'none'}.  "
-        f"Order by throughput ratio — simulated: {' > '.join(result['sim_order']) or '-'}; "
-        f"emulated: {' > '.join(result['emu_order']) or '-'} "
-        f"({'same' if result['same_order'] else 'DIFFERENT'} ordering, ties within {tol:.0%}).  "
-        f"Throughput ratios {'all' if result['ratios_within_tolerance'] else 'NOT all'} within {tol:.0%}.",
+        verdict,
         "",
-        "| policy | ratio sim | ratio emu | diff | completion sim s | completion emu s "
-        "| busbw sim | busbw emu |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"Order by slowdown — simulated: {' < '.join(result['sim_order']) or '-'}; "
+        f"emulated: {' < '.join(result['emu_order']) or '-'}.",
+        "",
+        "| policy | slowdown sim | slowdown emu | diff | completion sim s | completion emu s | diff "
+        "| goodput sim Gb/s | goodput emu Gb/s | diff | loss % sim (fluid) | loss % emu |",
+        "| --- | " + " | ".join(["---:"] * 11) + " |",
     ]
-    for row in result["rows"]:
-        r, c, b = row["throughput_ratio"], row["completion_s"], row["busbw_gbps"]
+    for name, row in result["policies"].items():
+        s, c, g, loss = row["slowdown"], row["completion_s"], row["goodput_gbps"], row["loss_pct"]
         lines.append(
-            f"| {row['policy']} | {_fmt(r['sim'])} | {_fmt(r['emu'])} | {_pct(r['rel_diff'])} "
-            f"| {_fmt(c['sim'])} | {_fmt(c['emu'])} | {_fmt(b['sim'])} | {_fmt(b['emu'])} |"
+            f"| {name} | {_fmt(s['sim'])} | {_fmt(s['emu'])} | {_pct(s['rel_diff'])} | {_fmt(c['sim'])} "
+            f"| {_fmt(c['emu'])} | {_pct(c['rel_diff'])} | {_fmt(g['sim'])} | {_fmt(g['emu'])} "
+            f"| {_pct(g['rel_diff'])} | {_fmt(loss['sim'])} | {_fmt(loss['emu'])} |"
         )
     for side, names in (("simulation", result["only_sim"]), ("emulation", result["only_emu"])):
         if names:
             lines += ["", f"Only in the {side}: {', '.join(names)}."]
     lines += [
         "",
-        "Why they differ: the emulator shapes links to a scaled speed on a 2-core machine (CPU limits and "
-        "packet loss show up as lower ratios), sends packets with real hashing and queues, and measures "
-        "over its run time; the simulator assumes fluid max-min sharing at real link speeds with no loss, "
-        "no queueing delay and instant rerouting.",
+        "What the fluid model does not have: packet loss of closed-loop traffic (the emulator's senders are "
+        "open-loop, so congestion shows there as loss; both count a flow as if its lost bytes had to be "
+        "delivered at the goodput it got), reordering under spraying, queueing beyond full buffers, CPU "
+        "limits of the emulating machine (its headroom verdict).",
         "",
     ]
     return "\n".join(lines)
 
 
 def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, int | float) else "-"
+    return f"{value:.4g}" if _is_num(value) else "-"
 
 
 def _pct(value: Any) -> str:
-    return f"{value:.1%}" if isinstance(value, int | float) and math.isfinite(value) else "-"
+    return f"{value:.1%}" if _is_num(value) else "-"
 
 
 __all__ = [
     "FIELDS",
-    "aggregate_rate",
+    "JUDGED",
+    "TOLERANCE",
     "compare",
     "comparison_markdown",
     "fct_cdf",
     "hottest_links",
+    "job_completions",
     "ordering",
+    "reference",
     "summarise",
-    "weighted_percentile",
 ]

@@ -22,6 +22,7 @@ from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
 from topologies.errors import InputError
 from topologies.model import Fabric, PortRef
+from topologies.scale import Scale
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -54,9 +55,14 @@ class Network:
     #: For every link: (node, port) it leaves from, and (node, port) it arrives at.
     tail: tuple[PortRef, ...]
     head: tuple[PortRef, ...]
+    #: Emulated / real speed: the scenario's `scale` (1.0: real speeds).
+    speed_factor: float = 1.0
+    scale: str | None = None
 
     @classmethod
-    def build(cls, fabric: Fabric) -> Network:
+    def build(cls, fabric: Fabric, scale: Scale | None = None) -> Network:
+        """Every cable as two directed links; at the scenario's scale when given (the speeds the emulator
+        shapes its links to), else at the topology's real speeds."""
         subnet = Subnet.build(fabric)
         link_of = np.full(subnet.nbr.shape, -1, dtype=np.int32)
         caps: list[float] = []
@@ -85,16 +91,35 @@ class Network:
             fabric_link.append(False)
             tail.append(PortRef(endpoint.node, endpoint.port))
             head.append(PortRef(subnet.switch_names[subnet.ep_switch[e]], int(subnet.ep_switch_port[e])))
+        factor = scale.emulated_gbps / scale.real_gbps if scale is not None else 1.0
         return cls(
             fabric=fabric,
             subnet=subnet,
             link_of=link_of,
             host_up=host_up,
-            cap_gbps=np.array(caps, dtype=np.float64),
+            cap_gbps=np.array(caps, dtype=np.float64) * factor,
             fabric_link=np.array(fabric_link, dtype=bool),
             tail=tuple(tail),
             head=tuple(head),
+            speed_factor=factor,
+            scale=str(scale) if scale is not None else None,
         )
+
+    @property
+    def link_speeds(self) -> str:
+        return f"scaled {self.scale} (as the emulator shapes them)" if self.scale else "real (no scaling)"
+
+    @cached_property
+    def nic_gbps(self) -> F64:
+        """Every host endpoint's NIC speed, scaled as the links are."""
+        return self.subnet.ep_bw_gbps * self.speed_factor
+
+    @cached_property
+    def switch_egress(self) -> Bool:
+        """Links that leave a switch (its output queue is where a saturated link's packets wait)."""
+        out = np.zeros(self.n_links, dtype=bool)
+        out[: int(self.host_up.min()) if self.host_up.size else self.n_links] = True
+        return out
 
     @property
     def n_links(self) -> int:

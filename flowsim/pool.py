@@ -14,6 +14,7 @@ import numpy as np
 from controller.sm.policies import PolicyParams
 from flowsim.maxmin import ranges
 from flowsim.network import F64, I32, I64
+from traffic.figures import Flows
 
 BYTES_PER_GBIT = 1e9 / 8
 
@@ -33,6 +34,8 @@ class SimConfig:
     max_events: int = 2_000_000
     #: Extrapolate runs of identical collective steps that run in lockstep (exact; off only to test that).
     lockstep: bool = True
+    #: local-ar: damped re-splits per event at most (each one max-min solve).
+    local_ar_rounds: int = 8
 
 
 @dataclass
@@ -43,6 +46,8 @@ class GroupResult:
     collective: tuple[str, int, int] | None  # (kind, ranks, per-rank bytes) when scored like nccl-tests
     bus_factor: float | None = None
     skipped_steps: int = 0
+    job: int = 0
+    timed: bool = False
 
 
 @dataclass
@@ -50,20 +55,18 @@ class SimResult:
     policy: str
     end_s: float
     groups: list[GroupResult]
-    #: Sized flows: completion time, bytes per member, members (a class counts `mult` flows).
-    fct_s: F64
-    size_bytes: F64
-    mult: F64
-    #: Timed flows: bytes delivered per member, their duration, members.
-    timed_bytes: F64
-    timed_s: F64
-    timed_mult: F64
+    #: Every finished flow (a class counts `mult` flows): job, step, payload offered and delivered, post
+    #: time, FCT, FCT alone (`traffic.figures.Flows`).
+    flows: Flows
     fabric_links: I64
     link_bytes: F64  # per fabric link
     heat: F64  # bins x fabric links, bytes
     bin_s: float
     stats: dict[str, float]
     unfinished: int
+    #: Sets wider than the controller's 16 slots that routes crossed (modelled as one slot per port).
+    wide_sets: int = 0
+    adaptive_reasons: tuple[str, ...] = ()
 
 
 class Pool:
@@ -87,6 +90,12 @@ class Pool:
         "off",
         "len",
         "agg",
+        "job",
+        "payload",
+        "posted",
+        "alone",
+        "pacer",
+        "sprayed",
     )
 
     def __init__(self) -> None:
@@ -107,26 +116,34 @@ class Pool:
         self.off = np.zeros(0, np.int64)
         self.len = np.zeros(0, np.int64)
         self.agg = np.zeros(0, bool)
+        self.job = np.zeros(0, np.int64)
+        self.payload = np.zeros(0)  # payload share of the wire bytes
+        self.posted = np.zeros(0)  # when the flow was posted (FCTs count from here)
+        self.alone = np.zeros(0)  # its FCT alone on an idle fabric
+        self.pacer = np.zeros(0, np.int32)
+        self.sprayed = np.zeros(0, bool)
         self.store_links = np.zeros(1 << 16, np.int32)
         self.store_weight = np.zeros(1 << 16)
+        self.store_hop = np.zeros(1 << 16, np.int32)
         self.used = 0
 
     @property
     def n(self) -> int:
         return int(self.mult.size)
 
-    def put_routes(self, indptr: I64, links: I32, weight: F64) -> tuple[I64, I64]:
+    def put_routes(self, indptr: I64, links: I32, weight: F64, hop: I32 | None = None) -> tuple[I64, I64]:
         need = self.used + links.size
         live = int(self.len.sum())
         if need > self.store_links.size:
             if live * 2 < self.used:  # mostly garbage: compact instead of growing
                 idx = ranges(self.off, self.len)
-                kept_l, kept_w = self.store_links[idx], self.store_weight[idx]
+                kept_l, kept_w, kept_h = self.store_links[idx], self.store_weight[idx], self.store_hop[idx]
                 self.off = (
                     np.concatenate([[0], np.cumsum(self.len)[:-1]]).astype(np.int64) if self.n else self.off
                 )
                 self.used = kept_l.size
                 self.store_links[: self.used], self.store_weight[: self.used] = kept_l, kept_w
+                self.store_hop[: self.used] = kept_h
                 need = self.used + links.size
             size = self.store_links.size
             while size < need:
@@ -134,15 +151,21 @@ class Pool:
             if size > self.store_links.size:
                 self.store_links = np.resize(self.store_links, size)
                 self.store_weight = np.resize(self.store_weight, size)
+                self.store_hop = np.resize(self.store_hop, size)
         self.store_links[self.used : need] = links
         self.store_weight[self.used : need] = weight
+        self.store_hop[self.used : need] = hop if hop is not None else 0
         off = self.used + indptr[:-1]
         self.used = need
         return off.astype(np.int64), np.diff(indptr).astype(np.int64)
 
     def add(self, **cols: np.ndarray) -> None:
+        n = cols["mult"].size
         cols.setdefault("size", cols["remaining"])
-        cols.setdefault("sent", np.zeros(cols["mult"].size))
+        cols.setdefault("sent", np.zeros(n))
+        cols.setdefault("payload", np.ones(n))
+        cols.setdefault("pacer", np.full(n, -1))
+        cols.setdefault("sprayed", np.zeros(n, bool))
         for name in self.COLS:
             setattr(
                 self,

@@ -52,6 +52,9 @@ def write_report(
         summary["emulation_comparison"] = compare(summary, emulation)
     with atomic_dir(out_dir) as tmp:
         (tmp / "summary.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
+        if emulation is not None:
+            comparison = _clean(summary["emulation_comparison"])
+            (tmp / "comparison.json").write_text(json.dumps(comparison, indent=2) + "\n")
         plots = _plots(outcome, tmp)
         (tmp / "report.md").write_text(_markdown(summary, plots))
     return summary
@@ -105,15 +108,15 @@ def _plots(outcome: Outcome, out: Path) -> list[str]:
     files.append(_save(fig, out / "fct-cdf.png"))
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
-    busbw = [outcome.runs[n].summary["busbw_gbps"] or 0.0 for n in names]
-    ratio = [outcome.runs[n].summary["throughput_ratio"] or 0.0 for n in names]
-    left.bar(names, busbw, color="tab:blue")
-    left.set_ylabel("busbw (GB/s)")
-    left.set_title("bus bandwidth (nccl-tests)")
-    right.bar(names, ratio, color="tab:green")
-    right.set_ylim(0, 1.05)
-    right.set_ylabel("throughput ratio")
-    right.set_title("achieved / ideal aggregate rate")
+    slowdown = [outcome.runs[n].summary["slowdown"] or 0.0 for n in names]
+    busbw = [outcome.runs[n].summary["busbw_GBps"] or 0.0 for n in names]
+    left.bar(names, slowdown, color="tab:red")
+    left.axhline(1.0, color="black", linewidth=0.8)
+    left.set_ylabel("job slowdown")
+    left.set_title("completion / non-blocking completion")
+    right.bar(names, busbw, color="tab:blue")
+    right.set_ylabel("busbw (GB/s)")
+    right.set_title("bus bandwidth (nccl-tests)")
     files.append(_save(fig, out / "busbw.png"))
 
     fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.2 + 2.0 * len(names)), squeeze=False)
@@ -142,7 +145,11 @@ def _markdown(summary: Mapping[str, Any], plots: list[str]) -> str:
         f"# Flow-level simulation: {summary['workload']}",
         "",
         f"Fabric {summary['fabric']}; routing engine {summary['engine']}; seed {summary['seed']}; "
-        f"adaptive parameters {summary['policy_params']}; {summary['link_speeds']} link speeds.",
+        f"adaptive parameters {summary['policy_params']}; link speeds {summary['link_speeds']}.",
+        "",
+        "Jobs lead: `slowdown` is the slowest job's completion over its completion on a non-blocking fabric "
+        "with the same NICs; `throughput_ratio` is a mean-rate ratio (short flows finishing early lift it), "
+        "kept for comparison with older results.  busbw in GB/s as nccl-tests prints it.",
         "",
         "| policy | " + " | ".join(FIELDS) + " |",
         "| --- | " + " | ".join("---:" for _ in FIELDS) + " |",
@@ -150,22 +157,38 @@ def _markdown(summary: Mapping[str, Any], plots: list[str]) -> str:
     fmt: Callable[[Any], str] = lambda v: f"{v:.4g}" if isinstance(v, int | float) else "-"  # noqa: E731
     for name, row in summary["policies"].items():
         lines.append(f"| {name} | " + " | ".join(fmt(row[f]) for f in FIELDS) + " |")
-    lines += ["", "Per policy: groups (collectives: algbw/busbw as nccl-tests), solver work.", ""]
+    lines += [
+        "",
+        "Per policy and job: completion against the non-blocking fabric's, busbw (collectives).",
+        "",
+    ]
     for name, row in summary["policies"].items():
         details = row["details"]
-        lines.append(
-            f"* **{name}**: ideal completion {fmt(details['ideal_completion_s'])} s; "
-            f"engine {details['engine']}; unfinished flows {details['unfinished_flows']}"
+        wide = details.get("wide_sets")
+        note = (
+            f"; {wide} sets wider than the controller's 16 slots (modelled as one slot per port)"
+            if wide
+            else ""
         )
-        for g in details["groups"]:
+        lines.append(
+            f"* **{name}**: engine {details['engine']}; unfinished flows {details['unfinished_flows']}{note}"
+        )
+        for job in row["jobs"]:
             extra = ""
-            if "busbw_gbps" in g:
-                extra = (
-                    f" — {g['kind']} over {g['ranks']} ranks, {g['size_bytes']} B: {fmt(g['seconds'])} s, "
-                    f"algbw {fmt(g['algbw_gbps'])} GB/s, busbw {fmt(g['busbw_gbps'])} GB/s"
-                    + (f" ({g['skipped_steps']} lockstep steps extrapolated)" if g["skipped_steps"] else "")
-                )
-            lines.append(f"  * {g['name']}: {fmt(g['start_s'])} → {fmt(g['end_s'])} s{extra}")
+            if "busbw_GBps" in job:
+                extra = (f" — {job['kind']} over {job['ranks']} ranks, {job['size_bytes']} B: algbw "
+                         f"{fmt(job['algbw_GBps'])} GB/s, busbw {fmt(job['busbw_GBps'])} GB/s")  # fmt: skip
+            ideal = fmt(job["ideal_completion_s"])
+            lines.append(f"  * {job['name']}: {fmt(job['completion_s'])} s (non-blocking {ideal} s, slowdown "
+                         f"{fmt(job['slowdown'])}){extra}")  # fmt: skip
+        buckets = details.get("fct_slowdown_by_size") or {}
+        if buckets:
+            shown = "; ".join(f"{k}: p50 {fmt(v['p50'])}, p99 {fmt(v['p99'])} ({fmt(v['flows'])} flows)"
+                              for k, v in buckets.items())  # fmt: skip
+            lines.append(f"  * FCT slowdown by size — {shown}")
+        skipped = sum(g.get("skipped_steps", 0) for g in details["groups"])
+        if skipped:
+            lines.append(f"  * {skipped} lockstep steps extrapolated")
     if "emulation_comparison" in summary:
         lines += ["", comparison_markdown(summary["emulation_comparison"])]
     lines.append("")

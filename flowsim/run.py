@@ -6,10 +6,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from controller.sm.policies import default_policies
 from flowsim.engine import Progress, SimConfig, SimResult, Simulator
-from flowsim.metrics import summarise
+from flowsim.metrics import reference, summarise
 from flowsim.network import Network
+from flowsim.policies import sim_policies
 from flowsim.workload import Workload
 
 
@@ -26,10 +26,13 @@ class Outcome:
     ideal: SimResult
     runs: dict[str, PolicyRun]
     config: SimConfig
+    #: The scenario's name, when the workload came from one (the comparison checks it).
+    scenario: str | None = None
 
     def summary(self) -> dict[str, Any]:
-        """The shared schema: {"policies": {NAME: {completion_s, busbw_gbps, ...}}} plus context."""
+        """The shared schema: {"policies": {NAME: {slowdown, completion_s, ...}}} plus context."""
         return {
+            "scenario": self.scenario,
             "fabric": self.network.fabric.summary(),
             "workload": self.workload.label,
             "engine": self.config.engine,
@@ -39,7 +42,8 @@ class Outcome:
                 "threshold": self.config.params.threshold,
                 "hysteresis": self.config.params.hysteresis,
             },
-            "link_speeds": "real (no scaling)",
+            "scale": self.network.scale,
+            "link_speeds": self.network.link_speeds,
             "policies": {name: run.summary for name, run in self.runs.items()},
         }
 
@@ -50,9 +54,10 @@ def simulate(
     policies: Sequence[str],
     config: SimConfig,
     progress: Callable[[float, str], None] | None = None,
+    scenario: str | None = None,
 ) -> Outcome:
     """The ideal reference once, then every policy; progress is reported as a fraction of all runs."""
-    registry = default_policies()
+    registry = sim_policies()
     for name in policies:
         registry.create(name, config.params)  # unknown names and bad parameters fail before any work
     total = len(policies) + 1
@@ -66,10 +71,19 @@ def simulate(
     runs: dict[str, PolicyRun] = {}
     for i, name in enumerate(policies, 1):
         result = Simulator(network, workload, replace(config, policy=name), part(i, name)).run()
-        runs[name] = PolicyRun(result, summarise(result, ideal, network))
+        runs[name] = PolicyRun(result, summarise(result, ideal, network, workload))
         if progress is not None:
             progress((i + 1) / total, f"{name} done")
-    return Outcome(network, workload, ideal, runs, config)
+    return Outcome(network, workload, ideal, runs, config, scenario)
 
 
-__all__ = ["Outcome", "PolicyRun", "simulate"]
+def reference_run(network: Network, workload: Workload, config: SimConfig) -> dict[str, Any]:
+    """The non-blocking reference of a workload (per job completion, aggregate rate): what the emulator's
+    figures divide by (`emulation.compare`), computed here as for every simulated policy."""
+    ideal = Simulator(network, workload, replace(config, ideal=True)).run()
+    out = reference(ideal, workload.job_infos())
+    out["jobs"] = {str(k): v for k, v in out["jobs"].items()}
+    return out
+
+
+__all__ = ["Outcome", "PolicyRun", "reference_run", "simulate"]

@@ -1,36 +1,43 @@
-"""Scenario files for the simulator: the emulator's own parser and model, turned into a workload.
+"""Scenario files for the simulator: the emulator's own parser and expansion, turned into a workload.
 
 `fabriclab sim` reads exactly what `fabriclab scenario run` reads (`emulation.scenario.load_scenario`:
-layered validation, file:line:field errors).  What the simulator does with each part:
+layered validation, file:line:field errors) and applies the rules of `emulation.workplan`, which the
+emulator's agents follow too, so one scenario file describes one experiment:
 
-* `controller`: engine, policy and its parameters (the emulator's `scale` is ignored: real link speeds).
-* `udp` / `udp-permutation`: timed flows at their packet rate x size, for their duration (the emulator's
-  seeded permutation, same seed, same pairs).
-* `roce-collective`: the planner's steps, rank by rank (`schedule: one-phase`: every pair at once);
-  `rate_pps` and `mtu` are emulator pacing knobs and are ignored.
-* `kv-transfer`: `traffic.kvcache` messages at their posting times; the pages of one layer posted at one
-  instant form one flow, and a prefill->decode pair's messages are delivered in order (one QP).
-* `trace`: a congestion trace's records at `start_s + time_us`; messages of one (src, qp) in order.
+* **speeds**: links at the scenario's `scale` (the speeds the emulator shapes), NICs included;
+* `udp` / `udp-permutation`: timed, open-loop flows at `rate_pps` x (datagram + 42 bytes on the wire) for
+  their duration — the emulator's seeded pairs and source ports;
+* `roce-collective`: the planner's steps rank by rank (`one-phase`: the whole matrix at once), RDMA WRITEs of
+  `mtu` + 58 bytes per packet, one QP (and its source port) per pair, each rank's sends paced together at
+  `rate_pps` (default: line rate);
+* `trace` / `kv-transfer`: every record (page) an RDMA WRITE posted at its (scaled) time, messages of one
+  connection in order;
+* `buffer_packets`: the switch ports' queues (default 1000 packets, the interface's, when links are
+  shaped): a saturated port adds its full queue to the delay of what crosses it;
 * `faults`: applied at their times; the controller's tables are recomputed for the degraded fabric.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import replace
+
 import numpy as np
 
-from emulation.scenario import (
-    KvTransfer,
-    RoceCollective,
-    Scenario,
-    TraceReplay,
-    collective_ranks,
-    trace_path,
-)
+from emulation import workplan
+from emulation.scenario import RoceCollective, Scenario, collective_ranks
 from flowsim.network import Network
 from flowsim.workload import Collective, FlowBatch, Workload, collective
-from traffic.errors import parse_size
-from traffic.kvcache import kv_transfer, model_shape
-from traffic.trace import read_trace
+from traffic.entropy import QP_BASE, QP_SPACE, flow_sports, pair_qp
+from traffic.figures import JobInfo
+from traffic.patterns import bus_factor
+from traffic.wire import packets_of, roce_frame_bytes, roce_wire_bytes, udp_frame_bytes
+
+#: Posted messages beyond this many are merged per (post time, connection) (one flow per KV layer and QP).
+MERGE_ABOVE = 50_000
+#: The queue of a shaped interface when `buffer_packets` is not given (Linux's txqueuelen).
+DEFAULT_QUEUE_PACKETS = 1000
+_ENTROPY = {"policy": 0, "fixed": 1, "spray": 2}
 
 
 def workload_of(scenario: Scenario, network: Network) -> Workload:
@@ -38,92 +45,155 @@ def workload_of(scenario: Scenario, network: Network) -> Workload:
     hosts = sorted(network.host_index)
     batches: list[FlowBatch] = []
     collectives: list[Collective] = []
-    udp = scenario.flows(0)
-    if udp:
-        gbps = np.array([f.rate_pps * f.size_bytes * 8 / 1e9 for f in udp])
-        batches.append(
-            FlowBatch(
-                "udp",
-                network.hosts([f.src for f in udp], "src"),
-                network.hosts([f.dst for f in udp], "dst"),
-                np.full(len(udp), np.inf),
-                np.array([f.start_s for f in udp]),
-                gbps,
-                np.array([f.duration_s for f in udp]),
-                np.arange(len(udp), dtype=np.int32) & 0x3FFF,
+    pacers: list[float] = []
+    infos: list[JobInfo] = []
+    frames: list[int] = []
+    udp = defaultdict(list)
+    for flow in scenario.with_policy("static").flows(0):  # pinned source ports as the emulator's
+        udp[flow.job].append(flow)
+    offset = 0
+    for job in workplan.jobs(scenario):
+        item = spec.traffic[job.index]
+        stepped = job.schedule == "steps"
+        infos.append(JobInfo(job.index, job.label, stepped, job.collective,
+                             bus_factor(job.collective[0], job.collective[1]) if job.collective else None,
+                             timed=job.schedule == "timed", posted=job.schedule == "posted"))  # fmt: skip
+        if job.schedule == "timed":
+            flows = udp[job.index]
+            frame = np.array([udp_frame_bytes(f.size_bytes) for f in flows], dtype=np.float64)
+            frames += frame.astype(int).tolist()
+            entropy = np.array([_ENTROPY[getattr(item, "entropy", "policy")]] * len(flows), dtype=np.int8)
+            batch = FlowBatch(
+                job.label,
+                network.hosts([f.src for f in flows], "src"),
+                network.hosts([f.dst for f in flows], "dst"),
+                np.full(len(flows), np.inf),
+                np.array([f.start_s for f in flows]),
+                np.array([f.rate_pps for f in flows]) * frame * 8 / 1e9,
+                np.array([f.duration_s for f in flows]),
+                np.array([f.sport or 0 for f in flows], dtype=np.int32),
+                job=job.index,
+                payload_frac=np.array([f.size_bytes for f in flows]) / frame,
+                entropy=entropy,
             )
-        )
-    for i, item in enumerate(spec.traffic):
-        name = f"traffic[{i}] {item.kind}"
+            batches.append(batch)
+            continue
+        assert job.mtu is not None and job.frame_bytes is not None
+        frames.append(job.frame_bytes)
+        pacer_gbps = job.rate_pps * job.frame_bytes * 8 / 1e9 if job.rate_pps else None
         if isinstance(item, RoceCollective):
             ranks = network.hosts(collective_ranks(item, hosts), "ranks")
-            made = collective(
-                f"{name} {item.collective}",
-                item.collective,
-                ranks,
-                parse_size(item.size),
-                network,
-                one_phase=item.schedule == "one-phase",
-            )
-            (batches if isinstance(made, FlowBatch) else collectives).append(made)  # type: ignore[arg-type]
-        elif isinstance(item, KvTransfer):
-            batches.append(_kv_batch(name, item, network, spec.seed))
-        elif isinstance(item, TraceReplay):
-            batches.append(_trace_batch(name, item, scenario, network))
+            n = int(ranks.size)
+            made = collective(job.label, item.collective, ranks, job.collective[2] if job.collective else 0,
+                              network, one_phase=item.schedule == "one-phase")  # fmt: skip
+            pacer = None
+            if pacer_gbps is not None:
+                pacer = (len(pacers) + np.arange(n)).astype(np.int32)
+                pacers += [pacer_gbps] * n
+            how = _ENTROPY[item.entropy]
+            if isinstance(made, Collective):
+                collectives.append(replace(made, job=job.index, mtu=job.mtu, pacer=pacer, qp_offset=offset,
+                                           entropy=how))  # fmt: skip
+            else:
+                batches.append(_one_phase(made, job, ranks, pacer, offset, how, network))
+            offset += n * (n - 1)
+            continue
+        rows = workplan.posted(scenario, job.index)
+        batch, conns = _posted(job, rows, network, offset, pacers, pacer_gbps)
+        batches.append(batch)
+        offset += conns
     faults = tuple((f.at_s, f.action, f.port or f.switch or "") for f in spec.faults)
-    return Workload(tuple(batches), tuple(collectives), faults, label=f"scenario {spec.name}")
+    queue = spec.buffer_packets or (DEFAULT_QUEUE_PACKETS if scenario.scale is not None else None)
+    buffer = float(queue * max(frames)) if queue and frames else None
+    return Workload(tuple(batches), tuple(collectives), faults, label=f"scenario {spec.name}",
+                    pacers_gbps=np.array(pacers, dtype=np.float64), jobs=tuple(infos),
+                    buffer_bytes=buffer)  # fmt: skip
 
 
-def _chained(name: str, network: Network, rows: list[tuple[float, str, str, int, int]]) -> FlowBatch:
-    """Flows (start_s, src, dst, bytes, connection) where each waits for the previous one of its
-    (src, connection): messages of one queue pair are delivered in order."""
-    after = np.full(len(rows), -1, dtype=np.int32)
-    last: dict[tuple[str, int], int] = {}
-    for i, (_, src, _, _, conn) in enumerate(rows):
-        prev = last.get((src, conn))
-        if prev is not None:
-            after[i] = prev
-        last[(src, conn)] = i
-    n = len(rows)
-    return FlowBatch(
-        name,
-        network.hosts([r[1] for r in rows], "src"),
-        network.hosts([r[2] for r in rows], "dst"),
-        np.array([float(r[3]) for r in rows]),
-        np.array([r[0] for r in rows]),
+def _one_phase(
+    made: FlowBatch,
+    job: workplan.Job,
+    ranks: np.ndarray,
+    pacer: np.ndarray | None,
+    offset: int,
+    entropy: int,
+    network: Network,
+) -> FlowBatch:
+    """A one-phase collective's matrix with the workplan's wire bytes, QPs (source ports) and pacers."""
+    assert job.mtu is not None
+    n = int(ranks.size)
+    pos = np.full(network.n_hosts, -1, dtype=np.int64)
+    pos[ranks] = np.arange(n)
+    i, j = pos[made.src], pos[made.dst]
+    wire = roce_wire_bytes(made.size_bytes, job.mtu)
+    sport = flow_sports(pair_qp(offset, i, j, n))
+    return replace(made, size_bytes=wire, sport=sport, job=job.index, payload_frac=made.size_bytes / wire,
+                   entropy=np.full(made.n, entropy, dtype=np.int8),
+                   pacer=pacer[i].astype(np.int32) if pacer is not None else None)  # fmt: skip
+
+
+def _posted(
+    job: workplan.Job,
+    rows: list[tuple[float, str, str, int, int, str]],
+    network: Network,
+    offset: int,
+    pacers: list[float],
+    pacer_gbps: float | None,
+) -> tuple[FlowBatch, int]:
+    """Posted messages as flows, each waiting for the previous one of its connection; returns the batch and
+    how many connections (QPs) it used."""
+    assert job.mtu is not None
+    frame = roce_frame_bytes(job.mtu)
+    post: list[float] = []
+    srcs: list[str] = []
+    dsts: list[str] = []
+    wire: list[float] = []
+    payload: list[float] = []
+    conns: list[int] = []
+    merge = len(rows) > MERGE_ABOVE
+    for post_s, src, dst, size, conn, _ in rows:
+        on_wire = float(packets_of(size, job.mtu) * frame)
+        if merge and post and post[-1] == post_s and srcs[-1] == src and conns[-1] == conn:
+            wire[-1] += on_wire
+            payload[-1] += size
+            continue
+        post.append(post_s)
+        srcs.append(src)
+        dsts.append(dst)
+        wire.append(on_wire)
+        payload.append(float(size))
+        conns.append(conn)
+    n = len(post)
+    after = np.full(n, -1, dtype=np.int32)
+    previous: dict[int, int] = {}
+    for k, conn in enumerate(conns):
+        if conn in previous:
+            after[k] = previous[conn]
+        previous[conn] = k
+    qps = (QP_BASE + offset + np.array(conns, dtype=np.int64)) % QP_SPACE
+    src_ids = network.hosts(srcs, "src")
+    pacer = None
+    if pacer_gbps is not None:  # one pacer per sending host of the job
+        senders = sorted(set(src_ids.tolist()))
+        index = {e: len(pacers) + k for k, e in enumerate(senders)}
+        pacers += [pacer_gbps] * len(senders)
+        pacer = np.array([index[e] for e in src_ids.tolist()], dtype=np.int32)
+    wire_bytes = np.array(wire)
+    batch = FlowBatch(
+        job.label,
+        src_ids,
+        network.hosts(dsts, "dst"),
+        wire_bytes,
+        np.array(post),
         np.full(n, np.inf),
         np.full(n, np.nan),
-        np.array([r[4] & 0x3FFF for r in rows], dtype=np.int32),
+        flow_sports(qps),
         after=after,
+        job=job.index,
+        payload_frac=np.array(payload) / np.maximum(wire_bytes, 1e-300),
+        pacer=pacer,
     )
-
-
-def _kv_batch(name: str, item: KvTransfer, network: Network, seed: int) -> FlowBatch:
-    prefill = item.prefill if isinstance(item.prefill, list) else [h.strip() for h in item.prefill.split(",")]
-    messages = kv_transfer(
-        model_shape(item.model),
-        item.prompt_tokens,
-        prefill,
-        item.decode,
-        item.page_tokens,
-        item.requests,
-        item.arrival_rate_per_s,
-        item.layer_time_us,
-        seed,
-    )
-    merged: dict[tuple[float, str, str], int] = {}
-    for m in messages:
-        key = (m.time_us, m.src, m.dst)
-        merged[key] = merged.get(key, 0) + m.size_bytes
-    conn = {pair: i for i, pair in enumerate(sorted({(s, d) for _, s, d in merged}))}
-    rows = [(item.start_s + t / 1e6, s, d, size, conn[(s, d)]) for (t, s, d), size in merged.items()]
-    return _chained(name, network, rows)
-
-
-def _trace_batch(name: str, item: TraceReplay, scenario: Scenario, network: Network) -> FlowBatch:
-    records = read_trace(trace_path(item, scenario.file))
-    rows = [(item.start_s + r.time_us / 1e6, r.src, r.dst, r.size_bytes, r.qp) for r in records]
-    return _chained(name, network, rows)
+    return batch, len(previous)
 
 
 __all__ = ["workload_of"]

@@ -300,8 +300,9 @@ def _plots(rows: Sequence[dict[str, Any]], out: Path) -> list[str]:
     workloads = sorted({r["workload"] for r in rows})
     files = []
     for field, label, name in (
-        ("throughput_ratio", "throughput ratio", "throughput-vs-size.png"),
-        ("busbw_gbps", "busbw (GB/s)", "busbw-vs-size.png"),
+        ("slowdown", "job slowdown (vs non-blocking)", "slowdown-vs-size.png"),
+        ("throughput_ratio", "mean-rate ratio", "throughput-vs-size.png"),
+        ("busbw_GBps", "busbw (GB/s)", "busbw-vs-size.png"),
     ):
         fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 3.6), squeeze=False)
         for ax, workload in zip(axes[0], workloads, strict=True):

@@ -20,9 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from flowsim.network import F64, I32, Network, SimInputError
+from traffic.entropy import flow_sports, pair_qp, seeded_sport_array
 from traffic.errors import TrafficError
+from traffic.figures import JobInfo
 from traffic.patterns import Plan, bus_factor, split_bytes
 
 StepArrays = tuple[I32, I32, F64]  # src rank index, dst rank index, bytes
@@ -45,6 +48,14 @@ class FlowBatch:
     after: I32 | None = None
     #: Scored like a collective (kind, ranks, per-rank size) when it is one, e.g. a one-phase all-to-all.
     collective: tuple[str, int, int] | None = None
+    #: The job (scenario traffic item) the batch belongs to.
+    job: int = 0
+    #: Payload share of the bytes on the wire, per flow (None: every byte is payload).
+    payload_frac: F64 | None = None
+    #: Per flow: 0 follow the policy, 1 keep one source port (fixed), 2 a new port per packet (spray).
+    entropy: npt.NDArray[np.int8] | None = None
+    #: Per flow: the pacer it shares (index into `Workload.pacers_gbps`), -1 none.
+    pacer: I32 | None = None
 
     @property
     def n(self) -> int:
@@ -64,6 +75,16 @@ class Collective:
     #: Steps with equal signatures move the same bytes between the same pairs (within one byte).
     signature: Callable[[int], object]
     start_s: float = 0.0
+    job: int = 0
+    #: RDMA WRITE MTU: a transfer becomes ceil(bytes / mtu) packets of mtu + headers on the wire
+    #: (`emulation.workplan`); None: sizes are bytes on the wire.
+    mtu: int | None = None
+    #: Per rank: the pacer its sends share (index into `Workload.pacers_gbps`), -1 none.
+    pacer: I32 | None = None
+    #: QPs of the ranks' pairs start here (`emulation.workplan.pair_qp`): the flows' source ports.
+    qp_offset: int = 0
+    #: 0 follow the policy, 1 one source port per QP, 2 a new port per packet.
+    entropy: int = 0
 
     @property
     def bus_factor(self) -> float:
@@ -77,12 +98,31 @@ class Workload:
     faults: tuple[tuple[float, str, str], ...] = ()  # (at_s, action, target) as in scenario files
     label: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: Capacity of every sender pacer (a job's `rate_pps` x its frame), Gb/s.
+    pacers_gbps: F64 = field(default_factory=lambda: np.zeros(0))
+    #: The jobs flows and collectives belong to (default: one per batch and collective, in order).
+    jobs: tuple[JobInfo, ...] = ()
+    #: A switch port's queue (`buffer_packets` x frame), bytes: what a saturated port adds to delay.
+    buffer_bytes: float | None = None
+
+    def job_infos(self) -> tuple[JobInfo, ...]:
+        if self.jobs:
+            return self.jobs
+        infos = [JobInfo(b.job, b.name, False, b.collective, _bus(b.collective), timed=bool(
+                 np.isinf(b.size_bytes).all())) for b in self.batches]  # fmt: skip
+        infos += [JobInfo(c.job, c.name, True, (c.kind, int(c.ranks.size), c.size_bytes), c.bus_factor)
+                  for c in self.collectives]  # fmt: skip
+        return tuple(infos)
 
     @property
     def flows(self) -> int:
         return sum(b.n for b in self.batches) + sum(
             int(c.step(0)[0].size) * c.n_steps for c in self.collectives
         )
+
+
+def _bus(collective: tuple[str, int, int] | None) -> float | None:
+    return bus_factor(collective[0], collective[1]) if collective is not None else None
 
 
 def _chunks(size: int, n: int) -> F64:
@@ -152,12 +192,13 @@ def one_phase_alltoall(name: str, ranks: I32, size: int, start_s: float = 0.0) -
         start_s=np.full(i.size, start_s),
         rate_cap_gbps=np.full(i.size, np.inf),
         duration_s=np.full(i.size, np.nan),
-        sport=k.astype(np.int32),
+        sport=flow_sports(pair_qp(0, i.astype(np.int64), j.astype(np.int64), n)),  # one QP per pair
         collective=("alltoall", n, size),
     )
 
 
-def sized_batch(name: str, src: I32, dst: I32, size: float, start_s: float = 0.0) -> FlowBatch:
+def sized_batch(name: str, src: I32, dst: I32, size: float, start_s: float = 0.0, seed: int = 0) -> FlowBatch:
+    """Flows of `size` bytes, each from a QP of its own: a seeded random UDP source port (its entropy)."""
     n = int(src.size)
     return FlowBatch(
         name,
@@ -167,7 +208,7 @@ def sized_batch(name: str, src: I32, dst: I32, size: float, start_s: float = 0.0
         np.full(n, start_s),
         np.full(n, np.inf),
         np.full(n, np.nan),
-        np.zeros(n, dtype=np.int32),
+        seeded_sport_array(seed, n),
     )
 
 
@@ -232,7 +273,7 @@ def adhoc(
     label = f"{spec} over {n} hosts, {size_bytes} B"
     if kind == "permutation" and arg in ("", "offleaf"):
         perm = derangement(n, seed) if arg == "" else offleaf_derangement(network.leaf_of[eps], seed)
-        return Workload(batches=(sized_batch(spec, eps, eps[perm], size_bytes),), label=label)
+        return Workload(batches=(sized_batch(spec, eps, eps[perm], size_bytes, seed=seed),), label=label)
     if kind == "alltoall" and arg == "":
         return Workload(batches=(one_phase_alltoall(spec, eps, size_bytes),), label=label)
     if kind == "alltoall" and arg == "steps":
@@ -242,12 +283,12 @@ def adhoc(
     if kind == "shift":
         shift = _int_arg(arg, spec, 1, n - 1)
         dst = eps[(np.arange(n) + shift) % n]
-        return Workload(batches=(sized_batch(spec, eps, dst, size_bytes),), label=label)
+        return Workload(batches=(sized_batch(spec, eps, dst, size_bytes, seed=seed),), label=label)
     if kind == "incast":
         senders = _int_arg(arg, spec, 1, n - 1)
         order = np.random.default_rng(seed).permutation(n)
         receiver, chosen = eps[order[0]], eps[np.sort(order[1 : senders + 1])]
-        batch = sized_batch(spec, chosen, np.full(senders, receiver, dtype=np.int32), size_bytes)
+        batch = sized_batch(spec, chosen, np.full(senders, receiver, dtype=np.int32), size_bytes, seed=seed)
         return Workload(batches=(batch,), label=label)
     raise SimInputError(f"unknown workload {spec!r} (known: {', '.join(ADHOC)})", "traffic")
 
@@ -277,15 +318,44 @@ def collective(
             if one_phase
             else pairwise_alltoall(name, ranks, size, start_s)
         )
-    if one_phase:
-        raise SimInputError("one-phase scheduling is for alltoall only", "schedule")
     if kind in ("allreduce-ring", "allgather", "reduce-scatter"):
+        if one_phase:
+            return one_phase_ring(name, kind, ranks, size, start_s)
         return ring(name, kind, ranks, size, start_s)
     names = [network.subnet.endpoints[int(e)].node for e in ranks]
     try:
-        return from_plan(name, plan(kind, names, size), network, start_s)
+        made = from_plan(name, plan(kind, names, size), network, start_s)
     except TrafficError as exc:
         raise SimInputError(exc.message, exc.field or "collective") from None
+    return matrix_of(made) if one_phase else made
+
+
+def one_phase_ring(name: str, kind: str, ranks: I32, size: int, start_s: float = 0.0) -> FlowBatch:
+    """A ring collective's whole traffic matrix at once: rank i sends rank i+1 every chunk of every phase
+    but the one it never forwards, (i + 1 - lag) mod n (the step generator's chunks, summed)."""
+    n = int(ranks.size)
+    chunks = _chunks(size, n)
+    idx = np.arange(n)
+    lags = {"allreduce-ring": [1, 0], "allgather": [0], "reduce-scatter": [1]}[kind]
+    total = sum(float(size) - chunks[(idx + 1 - lag) % n] for lag in lags)
+    return FlowBatch(name, ranks, ranks[(idx + 1) % n].astype(np.int32), np.asarray(total, dtype=np.float64),
+                     np.full(n, start_s), np.full(n, np.inf), np.full(n, np.nan),
+                     np.zeros(n, dtype=np.int32), collective=(kind, n, size))  # fmt: skip
+
+
+def matrix_of(c: Collective) -> FlowBatch:
+    """A collective's steps summed into one traffic matrix (every pair's bytes as one flow)."""
+    totals: dict[tuple[int, int], float] = {}
+    for s in range(c.n_steps):
+        src, dst, size = c.step(s)
+        for a, b, x in zip(src.tolist(), dst.tolist(), size.tolist(), strict=True):
+            totals[(a, b)] = totals.get((a, b), 0.0) + x
+    pairs = sorted(totals)
+    n = len(pairs)
+    return FlowBatch(c.name, c.ranks[[a for a, _ in pairs]], c.ranks[[b for _, b in pairs]],
+                     np.array([totals[p] for p in pairs]), np.full(n, c.start_s), np.full(n, np.inf),
+                     np.full(n, np.nan), np.zeros(n, dtype=np.int32),
+                     collective=(c.kind, int(c.ranks.size), c.size_bytes))  # fmt: skip
 
 
 def check_size(size: float) -> None:

@@ -43,6 +43,12 @@ COVERED: dict[str, str] = {
     "fabriclab compare scenarios/permutation-k4.yaml --policies static,ecmp,spray,adaptive": (
         "test_policies_emulated.py::test_permutation_ecmp_collides_spray_spreads_and_the_report_is_complete"
     ),
+    "fabriclab trace import kineto scenarios/traces/kineto/rank*.json": (
+        "test_kineto_import.py::test_the_cli_round_trip_and_a_scenario_replays_it"
+    ),
+    "fabriclab sim scenarios/permutation-k4.yaml --policies static,ecmp,spray,adaptive --compare": (
+        "test_policies_emulated.py::test_the_simulator_gives_the_emulators_answer_on_the_same_scenario"
+    ),
 }
 PREFIXES = ("fabriclab ", "docker compose exec fabric fabriclab ")
 

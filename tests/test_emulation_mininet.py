@@ -404,7 +404,10 @@ def test_roce_alltoall_scenario_delivers_every_write_in_order(
     daemon: OvsDaemon, tmp_path: Path, k4_capacity: dict[str, Any]
 ) -> None:
     base = _short(tmp_path, "alltoall-k4.yaml", 3)
-    base.write_text(base.read_text().replace("ranks: h1..h16, size: 512KiB", "ranks: h1..h8, size: 256KiB"))
+    text = base.read_text().replace("ranks: h1..h16, size: 480KiB", "ranks: h1..h8, size: 256KiB")
+    # ftree's tables carry every step (a shift) without a collision, and queues are the interfaces' own:
+    # whatever is lost here is the emulator's, not the modelled fabric's
+    base.write_text(text.replace("policy: ecmp", "policy: static").replace("buffer_packets: 8\n", ""))
 
     def run(factor: float) -> dict[str, Any]:
         out = tmp_path / f"results-{factor:g}"
@@ -421,10 +424,47 @@ def test_roce_alltoall_scenario_delivers_every_write_in_order(
         assert coll["packets_received"] >= expected - max(1, CLEAN_LOSS * expected)
     else:  # too busy a machine even at half the load: the run must say so
         assert summary["emulator_overloaded"] and summary["repetitions"][0]["headroom"]["why"] == why
-    assert coll["busbw_gbps"] > 0 and coll["busbw_gbps"] == pytest.approx(
-        coll["algbw_gbps"] * 7 / 8, rel=0.01
+    assert coll["busbw_GBps"] > 0 and coll["busbw_GBps"] == pytest.approx(
+        coll["algbw_GBps"] * 7 / 8, rel=0.01
     )
     assert "RoCE collective" in (summary["out"] / "report.md").read_text()
+
+
+def test_trace_replay_and_kv_transfer_run_on_the_emulated_fabric(daemon: OvsDaemon, tmp_path: Path) -> None:
+    """The kinds the simulator runs, the emulator runs: a training step replayed from its Kineto traces and
+    KV-cache pages from a prefill to a decode host, as RDMA WRITEs from one agent per host; every message
+    is accounted for (sent, received, when), and the report says so."""
+    trace = ROOT / "scenarios" / "traces" / "kineto-step-16.jsonl"
+    path = tmp_path / "replay.yaml"
+    path.write_text(
+        f"fabriclab: 1\nname: replay\ntopology: {ROOT / 'topologies' / 'fat-tree-k4.yaml'}\nscale: 400G=2M\n"
+        "controller: {engine: ftree, policy: static}\nduration_s: 3\nseed: 1\nsettle_s: 2\ntraffic:\n"
+        f"  - {{kind: trace, file: {trace}, size_scale: 0.0009765625, time_scale: 195.3125, rate_pps: 100}}\n"
+        "  - {kind: kv-transfer, model: mqa-example, prompt_tokens: 16, prefill: h2, decode: h10,"
+        " rate_pps: 100, start_s: 0.5}\n"
+    )
+
+    def run(factor: float) -> dict[str, Any]:
+        text = path.read_text().replace("rate_pps: 100", f"rate_pps: {100 * factor:g}")
+        sized = tmp_path / f"replay-{factor:g}.yaml"
+        sized.write_text(text)
+        out = tmp_path / f"results-{factor:g}"
+        summary = run_scenario(load_scenario(sized), out)
+        summary["out"] = out
+        return summary
+
+    summary, why = until_clean(run, overloaded)
+    rep = summary["repetitions"][0]
+    trace_job, kv_job = rep["replays"]
+    assert trace_job["messages"] == 448 and kv_job["messages"] == 32 * 1  # 32 layers, one 16-token page
+    messages = rep["roce_messages"]
+    assert len(messages) == 480 and all(m["sent"] == m["packets"] for m in messages)
+    if why is None:  # the emulator kept up: every WRITE arrived whole, in order
+        assert all(m["complete"] for m in messages), [m for m in messages if not m["complete"]][:3]
+        assert kv_job["complete"] == 32 and trace_job["complete"] == 448
+    kv = [m for m in messages if m["job"] == 1]
+    assert {(m["src"], m["dst"]) for m in kv} == {("h2", "h10")} and min(m["post_s"] for m in kv) >= 0.5
+    assert "RoCE replay" in (summary["out"] / "report.md").read_text()
 
 
 def test_faults_over_the_emulators_rest_api(daemon: OvsDaemon, tmp_path: Path, fabric_prefix: str) -> None:

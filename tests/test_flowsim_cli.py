@@ -12,10 +12,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from emulation.scenario import emulator_refuses, load_scenario
+from flowsim.metrics import FIELDS as SIM_FIELDS
 from flowsim.metrics import compare, comparison_markdown
 from flowsim.network import Network
 from flowsim.scenario import workload_of
@@ -23,15 +25,7 @@ from flowsim.sweep import Sweep, load_sweep, run_dask, run_local
 from tests.conftest import ROOT
 from topologies.errors import InputError
 
-FIELDS = {
-    "completion_s",
-    "busbw_gbps",
-    "throughput_ratio",
-    "fct_p50_s",
-    "fct_p99_s",
-    "max_link_util",
-    "mean_link_util",
-}
+FIELDS = set(SIM_FIELDS)
 TOPO = (ROOT / "topologies" / "fat-tree-k4.yaml").as_posix()
 
 
@@ -59,7 +53,11 @@ def test_sim_scenario_writes_summary_report_and_plots(tmp_path: Path) -> None:
     assert set(summary["policies"]) == {"static", "ecmp", "spray", "adaptive"}
     for row in summary["policies"].values():
         assert set(row) >= FIELDS
-    assert summary["policies"]["static"]["busbw_gbps"] == pytest.approx(50.0, rel=1e-3)  # 400G, uncontended
+    static = summary["policies"]["static"]
+    line = 2e6 / 8 / 1e9  # 400G=2M: NICs at 2 Mb/s, in GB/s
+    paced = 185 * 1082 / 1e9  # 185 packets/s of 1082 bytes on the wire
+    assert static["busbw_GBps"] < paced * 1024 / 1082 <= line  # payload, paced, below line rate
+    assert static["slowdown"] >= 1.0 and summary["scale"] == "400G=2M"
     for name in ("report.md", "fct-cdf.png", "busbw.png", "utilisation.png"):
         assert (out / name).stat().st_size > 0
     assert (out / "fct-cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -144,16 +142,25 @@ def test_scenario_kv_transfer_and_trace_become_ordered_flows(tmp_path: Path) -> 
         "arrival_rate_per_s: 50, layer_time_us: 100}"
     )
     scenario = load_scenario(scenario_file(tmp_path, kv))
-    assert emulator_refuses(scenario) and "simulated only" in str(emulator_refuses(scenario))
     net = Network.build(scenario.fabric)
     (batch,) = workload_of(scenario, net).batches
-    assert batch.n == 2 * 80  # one flow per request and layer (its pages posted together)
-    assert batch.size_bytes.sum() == 2 * 256 * 320 * 1024
+    assert batch.n == 2 * 80 * 16  # every page of every layer of both requests an RDMA WRITE
+    assert batch.payload_frac is not None
+    payload = batch.size_bytes * batch.payload_frac
+    assert payload.sum() == pytest.approx(2 * 256 * 320 * 1024)  # 320 KiB per token of llama3-70b
+    assert batch.size_bytes[0] == 64 * (1024 + 58)  # a 16-token page of a layer (64 KiB): 64 packets
     assert batch.after is not None and (batch.after[1:] >= 0).all()  # one QP: in order
     trace = ROOT / "scenarios" / "traces" / "allreduce-ring-16.jsonl"
     scenario = load_scenario(scenario_file(tmp_path, f"{{kind: trace, file: {trace.as_posix()}}}"))
     (batch,) = workload_of(scenario, net).batches
     assert batch.n == 30 * 16 and batch.start_s.max() == pytest.approx(29 * 1e-3)
+    scaled = load_scenario(scenario_file(
+        tmp_path, f"{{kind: trace, file: {trace.as_posix()}, time_scale: 2, size_scale: 0.5}}"))  # fmt: skip
+    (half,) = workload_of(scaled, net).batches
+    assert half.start_s.max() == pytest.approx(2 * 29 * 1e-3)  # both instruments stretch time alike
+    assert batch.payload_frac is not None and half.payload_frac is not None
+    whole = (batch.size_bytes * batch.payload_frac).sum()
+    assert (half.size_bytes * half.payload_frac).sum() == pytest.approx(whole / 2)
     bad = scenario_file(
         tmp_path, "{kind: kv-transfer, model: llama3-70b, prompt_tokens: 8, prefill: h1, decode: h99}"
     )
@@ -162,13 +169,22 @@ def test_scenario_kv_transfer_and_trace_become_ordered_flows(tmp_path: Path) -> 
 
 
 def test_emulator_refuses_what_it_cannot_run_before_building_anything(tmp_path: Path) -> None:
+    """KV-cache transfers and traces run on both instruments; at line rate they need shaped links (an
+    unshaped link's line rate is the machine's)."""
     kv = "{kind: kv-transfer, model: llama3-70b, prompt_tokens: 256, prefill: h1, decode: h9}"
     path = scenario_file(tmp_path, kv, "{policy: ecmp}")
+    assert emulator_refuses(load_scenario(path)) is not None
     out = tmp_path / "emu"
     done = fabriclab("scenario", "run", str(path), "-o", str(out))
     assert done.returncode == 2
-    assert "traffic[0].kind: 'kv-transfer' traffic is simulated only for now" in done.stderr
+    assert "scale: RoCE senders at line rate need shaped links" in done.stderr
     assert not out.exists()
+    done = fabriclab("compare", str(path), "--policies", "ecmp,local-ar", "-o", str(out))
+    assert done.returncode == 2 and "local-ar is simulated only" in done.stderr, done.stderr
+    assert not out.exists()
+    paced = path.with_name("paced.yaml")
+    paced.write_text(path.read_text().replace("decode: h9}", "decode: h9, rate_pps: 100}"))
+    assert emulator_refuses(load_scenario(paced)) is None
 
 
 @pytest.mark.slow
@@ -182,46 +198,65 @@ def test_moe_scenario_simulates_under_spray(tmp_path: Path) -> None:
     done = fabriclab("sim", "scenarios/moe-alltoall-4096gpu.yaml", "--policies", "spray", "-o", str(out))
     assert done.returncode == 0, done.stderr
     row = json.loads((out / "summary.json").read_text())["policies"]["spray"]
-    assert row["throughput_ratio"] == pytest.approx(1.0, rel=1e-6)
-    assert row["busbw_gbps"] == pytest.approx(50.0 * 4095 / 4096, rel=1e-3)  # 400G NICs: 50 GB/s
+    assert row["throughput_ratio"] == pytest.approx(1.0, rel=1e-3)  # store-and-forward: 3 hops, not 1
+    # 400G NICs carry 50 GB/s on the wire, of which MTU 1024 / 1082 bytes are payload
+    assert row["busbw_GBps"] == pytest.approx(50.0 * 4095 / 4096 * 1024 / 1082, rel=1e-3)
+    assert row["slowdown"] == pytest.approx(1.0, rel=1e-3)
     assert row["details"]["engine"]["members"] == 4096 * 4095
+
+
+def _row(
+    slowdown: float | None, completion: float | None, goodput: float | None, **more: Any
+) -> dict[str, Any]:
+    return {"slowdown": slowdown, "completion_s": completion, "goodput_gbps": goodput, **more}
 
 
 def test_comparison_with_an_emulation_summary() -> None:
     sim = {
+        "scenario": "s",
+        "scale": "400G=500K",
         "policies": {
-            "static": {"throughput_ratio": 0.60, "completion_s": 1.0, "busbw_gbps": 20.0},
-            "ecmp": {"throughput_ratio": 0.50, "completion_s": 1.3, "busbw_gbps": 15.0},
-            "spray": {"throughput_ratio": 1.00, "completion_s": 0.5, "busbw_gbps": 40.0},
-        }
+            "static": _row(1.26, 10.1, 0.0042, loss_pct=19.7),
+            "ecmp": _row(1.55, 12.4, 0.0035),
+            "spray": _row(1.0, 8.0, 0.0054),
+        },
     }
-    close = {
+    close: dict[str, Any] = {
+        "scenario": "s",
+        "scale": "400G=0.5M",  # the same speeds, written otherwise
         "policies": {
-            "static": {"throughput_ratio": 0.55},
-            "ecmp": {"throughput_ratio": 0.52},
-            "spray": {"throughput_ratio": 0.93},
-            "adaptive": {"throughput_ratio": 0.9},
-        }
+            "static": _row(1.20, 9.9, 0.0044, loss_pct=19.6, emulator_overloaded=False),
+            "ecmp": _row(1.50, 12.0, 0.0036, emulator_overloaded=False),
+            "spray": _row(1.0, 8.0, 0.0054, emulator_overloaded=False),
+            "adaptive": _row(1.0, 8.0, 0.0054, emulator_overloaded=False),
+        },
     }
     got = compare(sim, close)
-    assert got["policies"] == ["static", "ecmp", "spray"] and got["only_emu"] == ["adaptive"]
-    assert got["same_order"] and got["ratios_within_tolerance"]
-    assert got["rows"][0]["throughput_ratio"]["rel_diff"] == pytest.approx(0.05 / 0.55)
+    assert got["comparable"] and got["why_not"] is None and got["agree"], got
+    assert list(got["policies"]) == ["static", "ecmp", "spray"] and got["only_emu"] == ["adaptive"]
+    assert got["policies"]["static"]["slowdown"]["rel_diff"] == pytest.approx(0.06 / 1.20)
+    assert got["max_rel_diff"] == pytest.approx(0.06 / 1.20)
+    assert got["sim_order"] == got["emu_order"] == ["spray", "static", "ecmp"]
     far = {
-        "policies": {
-            "static": {"throughput_ratio": 0.30},
-            "ecmp": {"throughput_ratio": 0.80},
-            "spray": {"throughput_ratio": 0.95},
-        }
+        **close,
+        "policies": {**close["policies"], "static": _row(2.0, 16.0, 0.003, emulator_overloaded=False)},
     }
     got = compare(sim, far)
-    assert not got["same_order"] and not got["ratios_within_tolerance"]
-    text = comparison_markdown(got)
+    assert got["comparable"] and not got["same_order"] and not got["agree"]
+    assert "**Disagree**" in comparison_markdown(got) and "DIFFERENT" in comparison_markdown(got)
+    # a figure missing on either side: not comparable, with the reason, never "agree"
+    missing = {**close, "policies": {**close["policies"], "ecmp": _row(None, None, 0.0036)}}
+    got = compare(sim, missing)
+    assert not got["comparable"] and not got["agree"] and not got["same_order"]
+    assert "ecmp: slowdown missing in the emulation" in got["why_not"]
+    assert "**Not comparable**" in comparison_markdown(got)
+    assert not compare(sim, {**close, "scale": "400G=200M"})["comparable"]  # other link speeds
+    busy = {**close["policies"]["static"], "emulator_overloaded": True}
     assert (
-        "DIFFERENT ordering" in text
-        and "NOT all within 15%" in text
-        and "| static | 0.6 | 0.3 | 100.0% |" in text
+        "overloaded under static"
+        in compare(sim, {**close, "policies": {**close["policies"], "static": busy}})["why_not"]
     )
+    assert compare(sim, {**close, "policies": {}})["why_not"] == "no policy ran in both"
 
 
 SWEEP = """fabriclab: 1

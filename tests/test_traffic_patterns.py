@@ -200,8 +200,8 @@ def test_bus_factors_and_scores() -> None:
         assert bus_factor(kind, 16) == 15 / 16
     assert bus_factor("broadcast", 16) == 1.0
     got = score("allreduce-ring", 8, "1GB", 0.5)
-    assert got == pytest.approx({"algbw_gbps": 2.0, "busbw_gbps": 3.5})
-    assert score("alltoall", 4, 4 * 10**9, 2.0) == pytest.approx({"algbw_gbps": 2.0, "busbw_gbps": 1.5})
+    assert got == pytest.approx({"algbw_GBps": 2.0, "busbw_GBps": 3.5})
+    assert score("alltoall", 4, 4 * 10**9, 2.0) == pytest.approx({"algbw_GBps": 2.0, "busbw_GBps": 1.5})
     with pytest.raises(TrafficError, match=r"^kind: "):
         bus_factor("incast", 4)
     with pytest.raises(TrafficError, match=r"^seconds: "):

@@ -60,8 +60,22 @@ class Scale:
                     f"HTB is given here ({MIN_SHAPED_MBPS:g} Mb/s); choose a larger scale"
                 )
 
+    @property
+    def factor(self) -> float:
+        """Emulated speed / real speed."""
+        return self.emulated_gbps / self.real_gbps
+
     def __str__(self) -> str:
-        return f"{self.real_gbps:g}G={self.emulated_gbps * 1000:g}M"
+        return f"{_speed(self.real_gbps)}={_speed(self.emulated_gbps)}"
+
+
+def _speed(gbps: float) -> str:
+    """A speed in the unit that shows it without a fraction where one exists (500K, 200M, 400G)."""
+    for unit, scale in (("T", 1e3), ("G", 1.0), ("M", 1e-3), ("K", 1e-6)):
+        value = gbps / scale
+        if value >= 1 and abs(value - round(value)) < 1e-9 * max(1.0, value):
+            return f"{round(value):g}{unit}"
+    return f"{gbps * 1000:g}M"
 
 
 __all__ = ["MAX_SHAPED_MBPS", "MIN_SHAPED_MBPS", "Scale"]

@@ -13,6 +13,10 @@ and change their choice on every packet.
 from __future__ import annotations
 
 import random
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 ROCE_SPORT_BASE = 0xC000
 _ENTROPY_MASK = 0x3FFF
@@ -44,4 +48,45 @@ def seeded_sports(seed: str, count: int) -> list[int]:
     return [ROCE_SPORT_BASE | rng.getrandbits(14) for _ in range(count)]
 
 
-__all__ = ["ROCE_SPORT_BASE", "flow_sport", "seeded_sports", "spray_sport"]
+#: QPs 0 and 1 are InfiniBand's management QPs; data QPs start here.
+QP_BASE = 0x100
+#: QP numbers are 24 bits.
+QP_SPACE = 1 << 24
+
+
+def pair_qp(offset: Any, i: Any, j: Any, n: int) -> Any:
+    """The QP of ranks i -> j (positions in the rank list) of an n-rank collective whose QPs start at
+    `offset`: one QP per ordered pair, dense, so a 4,096-rank all-to-all still fits 24 bits (ints or numpy
+    arrays)."""
+    index = i * (n - 1) + (j - (j > i))
+    return (QP_BASE + offset + index) % QP_SPACE
+
+
+def flow_sports(qps: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+    """`flow_sport(qp, qp)` for many QPs at once (both ends of a QP use the same number here)."""
+    q = qps.astype(np.uint64) & np.uint64(0xFFFFFF)
+    label = q * q
+    label ^= label >> np.uint64(20)
+    label ^= label >> np.uint64(40)
+    label &= np.uint64(0xFFFFF)
+    folded = (label & np.uint64(_ENTROPY_MASK)) ^ (label >> np.uint64(14))
+    return (np.uint64(ROCE_SPORT_BASE) | (folded & np.uint64(_ENTROPY_MASK))).astype(np.int32)
+
+
+def seeded_sport_array(seed: int, count: int) -> npt.NDArray[np.int32]:
+    """`count` random RoCE source ports (numpy, seeded): flows whose QPs nobody named."""
+    rng = np.random.default_rng(seed)
+    return (ROCE_SPORT_BASE | rng.integers(0, 1 << 14, count)).astype(np.int32)
+
+
+__all__ = [
+    "QP_BASE",
+    "QP_SPACE",
+    "ROCE_SPORT_BASE",
+    "flow_sport",
+    "flow_sports",
+    "pair_qp",
+    "seeded_sport_array",
+    "seeded_sports",
+    "spray_sport",
+]

@@ -110,7 +110,7 @@ def score(kind: str, n: int, size_bytes: Size, seconds: float) -> dict[str, floa
     if not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
         raise TrafficError(f"must be a positive time, got {seconds!r}", field="seconds")
     algbw = size / seconds / 1e9
-    return {"algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(kind, n)}
+    return {"algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(kind, n)}
 
 
 # --- helpers --------------------------------------------------------------------------------------------

@@ -22,14 +22,9 @@ from typing import Any
 
 from controller.core.events import CountersSampled
 from controller.core.state import FabricState, Load
-from controller.sm.adaptive import rebalance
+from controller.sm.adaptive import ALPHA, RESTORE_AFTER, rebalance
 from controller.sm.policies import Assignment
 from topologies.model import PortRef
-
-#: Weight of the newest sample in the smoothed utilisation and slot loads.
-ALPHA = 0.5
-#: Calm samples in a row before a set gives a slot back towards even weights.
-RESTORE_AFTER = 3
 
 SetKey = tuple[str, tuple[int, ...]]
 

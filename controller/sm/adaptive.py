@@ -34,6 +34,11 @@ from controller.sm.policies import SLOTS, Assignment, PolicyParams, even_assignm
 
 #: At most this many slots move in one set per interval (half the table): a bad sample cannot swing all.
 MAX_MOVES = SLOTS // 2
+#: Weight of the newest sample in the smoothed utilisation and slot loads (the controller's, and the
+#: simulator's model of it: `controller.core.adaptive`, `flowsim.adaptive`).
+ALPHA = 0.5
+#: Calm samples in a row before a set gives a slot back towards even weights.
+RESTORE_AFTER = 3
 #: A relief move must lower the hotter of its two ports by at least this share of capacity: moving a slot
 #: between two ports that differ by about one slot's load would only swap which one is hot.
 MIN_GAIN = 0.02
@@ -156,4 +161,4 @@ def _even_counts(assignment: Assignment, ports: list[int]) -> dict[int, int]:
     return counts
 
 
-__all__ = ["MAX_MOVES", "MIN_GAIN", "Move", "Rebalanced", "rebalance"]
+__all__ = ["ALPHA", "MAX_MOVES", "MIN_GAIN", "RESTORE_AFTER", "Move", "Rebalanced", "rebalance"]

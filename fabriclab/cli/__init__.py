@@ -20,6 +20,7 @@ from fabriclab.cli import route as route_cmd
 from fabriclab.cli import serve as serve_cmd
 from fabriclab.cli import sim as sim_cmd
 from fabriclab.cli import topo as topo_cmd
+from fabriclab.cli import trace as trace_cmd
 from fabriclab.cli import traffic as traffic_cmd
 from fabriclab.cli.common import CliError, OneLineParser
 from topologies.errors import InputError
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.register(commands)
     emulate_cmd.register(commands)
     traffic_cmd.register(commands)
+    trace_cmd.register(commands)
     sim_cmd.register(commands)
     partitions_cmd.register(commands)
     qos_cmd.register(commands)

@@ -38,6 +38,8 @@ from emulation.shards import plan as shard_plan
 from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, integer, load_fabric
 from fabriclab.cli.policy import add_policy_options, choose, option_error, policy_argv, policy_overrides
 from fabriclab.cli.progress import console_progress
+from fabriclab.cli.sim import scenario_reference
+from flowsim.policies import SIMULATED_ONLY
 
 T = TypeVar("T")
 
@@ -303,10 +305,19 @@ def compare_policies(args: argparse.Namespace) -> int:
     from emulation.compare import run_compare  # noqa: PLC0415 - matplotlib and Mininet only when running
 
     scenario = load_scenario(args.file)
+    only_sim = [p.strip() for p in args.policies.split(",") if p.strip() in SIMULATED_ONLY]
+    if only_sim:
+        raise CliError(
+            f"--policies: {', '.join(only_sim)} is simulated only (not realisable on Open vSwitch): "
+            "use `fabriclab sim`"
+        )
     try:
         policies = default_policies().parse_list(args.policies)
     except PolicyError as exc:
         raise option_error(exc) from None
+    refused = emulator_refuses(scenario)
+    if refused:
+        raise CliError(refused)
     controller = scenario.spec.controller
     for policy in policies:
         options = ForwardingOptions(controller.fast_failover, policy=policy)
@@ -314,23 +325,29 @@ def compare_policies(args: argparse.Namespace) -> int:
         if problem is not None:
             raise CliError(f"--policies: {problem.message}")
     capacity = _capacity(args.capacity) if args.capacity else calibration.load(scenario.fabric.name)
+    reference = scenario_reference(scenario)
 
     def run() -> dict[str, Any]:
         with console_progress() as progress:
-            return run_compare(scenario, policies, args.output, progress, capacity)
+            return run_compare(scenario, policies, args.output, progress, capacity, reference)
 
     summary = _emulated(run, f"controller not ready (see controller.log under {args.output})")
     if summary is None:
         return 130
     for policy, f in summary["policies"].items():
         print(
-            f"{policy:9} completion {f['completion_s']} s, goodput {f['aggregate_goodput_mbps']} Mb/s, "
-            f"FCT p99 {f['fct_p99_s']} s, max util {f['max_link_util']}, lost {f['lost_packets']}, "
-            f"reordered {f['reordered_packets']}"
+            f"{policy:9} slowdown {_g(f['slowdown'])}, completion {_g(f['completion_s'])} s, goodput "
+            f"{_g((f['goodput_gbps'] or 0) * 1e3)} Mb/s, FCT slowdown p99 {_g(f['fct_slowdown_p99'])}, "
+            "max util "
+            f"{f['max_link_util']}, lost {f['lost_packets']}, reordered {f['reordered_packets']}"
             + (" (EMULATOR OVERLOADED)" if f["emulator_overloaded"] else "")
         )
     print(f"results: {args.output}/summary.json, {args.output}/report.md, {args.output}/report.html")
     return 0
+
+
+def _g(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, int | float) else "-"
 
 
 def _capacity(path: Path) -> dict[str, Any]:

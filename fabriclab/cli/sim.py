@@ -19,21 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from controller.sm.engines import default_registry
-from controller.sm.policies import PolicyParams, default_policies
-from emulation.scenario import load_scenario
+from controller.sm.policies import PolicyParams
+from emulation.scenario import Scenario, load_scenario
 from fabriclab.cli.common import CliError, load_fabric
 from fabriclab.cli.progress import console_progress
 from flowsim.engine import SimConfig
 from flowsim.metrics import FIELDS
 from flowsim.network import Network
+from flowsim.policies import sim_policies
 from flowsim.report import write_report
-from flowsim.run import simulate
+from flowsim.run import reference_run, simulate
 from flowsim.scenario import workload_of
 from flowsim.sweep import load_sweep, run_dask, run_local, write_sweep
 from flowsim.workload import ADHOC, adhoc
 from traffic.errors import TrafficError, parse_hosts, parse_size
 
-ALL_POLICIES = ",".join(default_policies().names())
+ALL_POLICIES = ",".join(sim_policies().names())
 
 
 def register(commands: Any) -> None:
@@ -65,7 +66,16 @@ def register(commands: Any) -> None:
         help="flow classes by (src leaf, dst leaf, route) for big one-phase batches",
     )
     sim.add_argument(
-        "--compare", type=Path, help="an emulator summary.json ({'policies': ...}) to compare with"
+        "--compare",
+        type=Path,
+        metavar="SUMMARY",
+        help="the summary.json of `fabriclab compare` on the same scenario: writes comparison.json",
+    )
+    sim.add_argument(
+        "--real-speed",
+        action="store_true",
+        help="simulate a scenario at its topology's real link speeds instead of its `scale` (not "
+        "comparable with the emulator then)",
     )
     sim.add_argument("-o", "--output", type=Path, required=True, help="results folder")
     sim.set_defaults(handler=run_sim)
@@ -89,7 +99,7 @@ def _params(args: argparse.Namespace, base: PolicyParams) -> PolicyParams:
 
 
 def run_sim(args: argparse.Namespace) -> int:
-    registry = default_policies()
+    registry = sim_policies()
     if (args.scenario is None) == (args.topology is None):
         raise CliError("give a scenario file or --topology with --traffic (not both)")
     if args.scenario is not None:
@@ -103,8 +113,9 @@ def run_sim(args: argparse.Namespace) -> int:
         policies = registry.parse_list(args.policies or c.policy)
         engine = args.engine or c.engine
         seed = args.seed if args.seed is not None else scenario.spec.seed
-        network = Network.build(scenario.fabric)
+        network = Network.build(scenario.fabric, None if args.real_speed else scenario.scale)
         workload = workload_of(scenario, network)
+        name = scenario.spec.name
     else:
         if not args.traffic:
             raise CliError(f"--traffic: needed with --topology ({' | '.join(ADHOC)})")
@@ -117,6 +128,9 @@ def run_sim(args: argparse.Namespace) -> int:
         except TrafficError as exc:
             raise CliError(str(exc)) from None
         workload = adhoc(args.traffic, network, size, seed, hosts)
+        name = None
+        if args.compare or args.real_speed:
+            raise CliError("--compare/--real-speed: for scenario files (the emulator runs scenarios)")
     if engine not in default_registry():
         raise CliError(
             f"--engine: unknown routing engine {engine!r} ({', '.join(default_registry().names())})"
@@ -126,16 +140,33 @@ def run_sim(args: argparse.Namespace) -> int:
     config = SimConfig(params=params, engine=engine, seed=seed, aggregate=args.aggregate)
     started = time.perf_counter()
     with console_progress() as show:
-        outcome = simulate(network, workload, policies, config, show)
+        outcome = simulate(network, workload, policies, config, show, scenario=name)
     summary = write_report(outcome, args.output, emulation)
-    print(f"{network.fabric.summary()}; {workload.label}; {time.perf_counter() - started:.1f} s")
-    for name, row in summary["policies"].items():
+    print(f"{network.fabric.summary()}; {workload.label}; links {network.link_speeds}; "
+          f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+    for policy, row in summary["policies"].items():
         shown = "  ".join(
             f"{f}={row[f]:.4g}" if isinstance(row[f], float) else f"{f}={row[f]}" for f in FIELDS
         )
-        print(f"{name:<9} {shown}")
+        print(f"{policy:<9} {shown}")
+    if "emulation_comparison" in summary:
+        c = summary["emulation_comparison"]
+        verdict = ("NOT COMPARABLE: " + str(c["why_not"])) if not c["comparable"] else (
+            f"{'agree' if c['agree'] else 'DISAGREE'} (same order: {c['same_order']}, largest difference "
+            f"{c['max_rel_diff']:.1%}, tolerance {c['tolerance']:.0%})")  # fmt: skip
+        print(f"vs emulation: {verdict}; {args.output}/comparison.json")
     print(f"results: {args.output}/summary.json, {args.output}/report.md")
     return 0
+
+
+def scenario_reference(scenario: Scenario) -> dict[str, Any]:
+    """The non-blocking reference run of a scenario at its scale: what the emulator's slowdowns and
+    throughput ratios divide by (`fabriclab compare` composes the emulator with the simulator here)."""
+    c = scenario.spec.controller
+    network = Network.build(scenario.fabric, scenario.scale)
+    config = SimConfig(params=PolicyParams(c.interval_ms, c.threshold, c.hysteresis), engine=c.engine,
+                       seed=scenario.spec.seed)  # fmt: skip
+    return reference_run(network, workload_of(scenario, network), config)
 
 
 def _read_compare(path: Path) -> dict[str, Any]:
