@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The repository first, before this script's own folder (whose emulation.py would shadow the package).
 sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
 
+from benchmarks.out import out_file, write_out  # noqa: E402
 from controller.rest.client import wait_for  # noqa: E402
 from controller.sm.intents import FlowIntent, SwitchDelta, cookie_of, match  # noqa: E402
 from controller.sm.manager import SubnetManager  # noqa: E402
@@ -369,7 +370,7 @@ def main() -> int:
         default="far",
         help="loss_window: down the far end of the cable (the leaf loses carrier) or both ends",
     )
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--out", type=out_file, help="also write the JSON here")
     args = parser.parse_args()
     reason = ovs_available()
     if reason:
@@ -401,8 +402,7 @@ def main() -> int:
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_out(args.out, text)
     return 0
 
 

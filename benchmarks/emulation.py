@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The repository first, before this script's own folder (whose emulation.py would shadow the package).
 sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
 
+from benchmarks.out import out_file, write_out  # noqa: E402
 from controller.sm.manager import SubnetManager  # noqa: E402
 from emulation import runfile  # noqa: E402
 from emulation.controlproc import ControllerProcess  # noqa: E402
@@ -380,7 +381,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-s", type=float, default=5.0, help="idle CPU window after bring-up (0: none)")
     parser.add_argument("--ready-timeout", type=float, default=300.0, metavar="S")
     parser.add_argument("--baseline", action="store_true", help="also Mininet's node-by-node build")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--out", type=out_file, help="also write the JSON here")
     args = parser.parse_args(argv)
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
@@ -446,8 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(results, indent=2)
     print(text)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_out(args.out, text)
     return 0
 
 

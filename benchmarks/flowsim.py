@@ -43,6 +43,7 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from benchmarks.out import out_file, write_out  # noqa: E402
 from flowsim import maxmin  # noqa: E402
 from flowsim.engine import SimConfig, Simulator  # noqa: E402
 from flowsim.network import Network, route_fabric  # noqa: E402
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20, help="repetitions of the solver timing")
     parser.add_argument("--max-k", type=int, default=48, help="largest fat-tree of the scaling part")
     parser.add_argument("--policies", default=",".join(POLICIES), help="policies of the big cases")
-    parser.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
+    parser.add_argument("--out", type=out_file, help="write the JSON here (default: stdout)")
     parser.add_argument("--case", choices=sorted(CASES), help=argparse.SUPPRESS)
     parser.add_argument("--policy", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -275,8 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     report["load_end"] = load()
     text = json.dumps(report, indent=2) + "\n"
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        write_out(args.out, text)
     else:
         sys.stdout.write(text)
     return 0

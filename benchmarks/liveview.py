@@ -25,6 +25,7 @@ if str(ROOT) not in sys.path:
 
 from prometheus_client import generate_latest  # noqa: E402
 
+from benchmarks.out import out_file, write_out  # noqa: E402
 from controller.core.events import Start  # noqa: E402
 from controller.core.fabric import FabricCore  # noqa: E402
 from controller.observe.live import LiveOptions, LiveView  # noqa: E402
@@ -102,7 +103,7 @@ def run(k: int, n: int, seed: int) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=out_file)
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--ks", default="8,16")
     parser.add_argument("--seed", type=int, default=1)
@@ -116,8 +117,7 @@ def main() -> int:
     }
     text = json.dumps(doc, indent=2)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_out(args.out, text)
     print(text)
     return 0
 

@@ -30,6 +30,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+# The repository first, before this script's own folder (whose emulation.py would shadow the package).
+sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
+
+from fabriclab.cli import results  # noqa: E402
+from fabriclab.cli.common import CliError  # noqa: E402
+
 UMAD2SIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
 _STAMP = re.compile(r"^(\w{3} \d\d \d\d:\d\d:\d\d) (\d{6}) ")
 
@@ -148,8 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("net", type=Path)
     parser.add_argument("--engine", default="ftree")
-    parser.add_argument("--out", type=Path, help="keep the work directory (logs and dumps) here")
+    parser.add_argument("--out", type=Path, help="keep the work directory (logs and dumps) here: a new or "
+                        "empty folder, or an earlier --out of this script")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.out is not None:
+        try:  # OpenSM's own dumps in a folder of the user's are not ours to overwrite
+            results.check(args.out, "opensm_sim", option="--out")
+        except CliError as exc:
+            parser.error(str(exc))
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / results.MARKER).write_text(json.dumps({"command": "opensm_sim"}) + "\n")
     run = run_opensm(args.net, args.engine, args.out)
     summary = {k: v for k, v in run.__dict__.items() if k != "dumps"}
     summary["dumps"] = sorted(run.dumps)

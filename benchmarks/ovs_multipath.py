@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))  # first, so benchmarks/emulation.py never shadows
 from scapy.layers.inet import IP, UDP  # noqa: E402
 from scapy.layers.l2 import Ether  # noqa: E402
 
+from benchmarks.out import out_file, write_out  # noqa: E402
 from emulation.ovs import OvsDaemon, ovs_available  # noqa: E402
 
 TAG = "fl15mp"
@@ -171,7 +172,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--packets", type=int, default=1024)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=out_file)
     args = parser.parse_args()
     reason = ovs_available()
     if reason:
@@ -207,8 +208,7 @@ def main() -> int:
     report["load_after"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(report, indent=2)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_out(args.out, text)
     print(text)
     return 0
 

@@ -28,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
 
+from benchmarks.out import out_file, write_out  # noqa: E402
 from controller.sm.intents import ForwardingOptions, rollout  # noqa: E402
 from controller.sm.manager import SubnetContext  # noqa: E402
 from controller.sm.partitions import Partitions  # noqa: E402
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--k", type=int, action="append", help="fat-tree k (repeatable; default 4 and 8)")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--out", type=out_file, help="also write the JSON here")
     args = parser.parse_args(argv)
     report: dict[str, Any] = {
         "benchmark": "partitions",
@@ -115,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_out(args.out, text)
     return 0
 
 

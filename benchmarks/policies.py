@@ -36,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # first, so benchmarks/emulation.py never shadows the package
 
+from benchmarks.out import out_file, write_out  # noqa: E402
 from controller.sm.manager import SubnetManager  # noqa: E402
 from emulation.controlproc import ControllerProcess  # noqa: E402
 from emulation.ovs import OvsDaemon, OvsFabric, ovs_available  # noqa: E402
@@ -224,7 +225,7 @@ def main() -> int:
     parser.add_argument("--parts", default="switch,reaction,compare")
     parser.add_argument("--n", type=int, default=20, help="rounds (switch) and trials (reaction), >= 20")
     parser.add_argument("--k", type=int, default=8, help="fat-tree of the switch-time part")
-    parser.add_argument("--out", type=Path, help="write the JSON here (else stdout)")
+    parser.add_argument("--out", type=out_file, help="write the JSON here (else stdout)")
     args = parser.parse_args()
     reason = ovs_available()
     if reason:
@@ -247,8 +248,7 @@ def main() -> int:
         daemon.stop_if_started()
     text = json.dumps(report, indent=2)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_out(args.out, text)
     print(text)
     return 0
 

@@ -31,6 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # first, so benchmarks/emulation.py never shadows the package
 
+from benchmarks.out import out_file, write_out  # noqa: E402
 from controller.qosfile import load_policy  # noqa: E402
 from emulation.mnfabric import remove  # noqa: E402
 from emulation.ovs import OvsDaemon  # noqa: E402
@@ -61,7 +62,7 @@ def summary(values: list[float]) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=out_file, required=True)
     parser.add_argument("--link-pps", type=float, default=150.0)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--duration", type=float, default=6.0)
@@ -128,8 +129,7 @@ def main() -> int:
     }
     report["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_out(args.out, json.dumps(report, indent=1))
     print(json.dumps(report["results"], indent=1))
     return 0
 

@@ -49,6 +49,7 @@ sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != P
 
 from benchmarks.opensm_sim import available as opensm_available  # noqa: E402
 from benchmarks.opensm_sim import run_opensm  # noqa: E402
+from benchmarks.out import out_file, write_out  # noqa: E402
 from controller.sm.engines import default_registry  # noqa: E402
 from controller.sm.opensm import ca_order_from_dump, lids_from_lfts, tables_from_lfts  # noqa: E402
 from controller.sm.quality import quality  # noqa: E402
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-opensm", action="store_true", help="do not run OpenSM beside fabriclab")
     parser.add_argument("--opensm-repeats", type=int, default=3, help="OpenSM runs per case (default 3)")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--out", type=out_file, help="also write the JSON here")
     parser.add_argument("--markdown", type=Path, help="also write the results as a Markdown table here")
     parser.add_argument("--from-json", type=Path, help="no runs: render --markdown from a saved JSON report")
     parser.add_argument("--worker", nargs=2, metavar=("CASE", "ENGINE"), help=argparse.SUPPRESS)
@@ -406,8 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_out(args.out, text)
     if args.markdown:
         args.markdown.write_text(markdown(rows))
     print(_table(rows), file=sys.stderr)

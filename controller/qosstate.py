@@ -8,8 +8,6 @@ the running one (and the file on disk) exactly as they were.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -17,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from controller.qosfile import QosFileError, policy_from_data, to_data
+from controller.sm.intents import MAX_GENERATION
 from controller.sm.qos import QosPolicy, default_policy, diff, resolve
+from controller.statefile import Fields, StateError, read_json, write_json
 from topologies.model import Fabric
 
 QOS_FILE = "qos.json"
@@ -47,14 +47,22 @@ class QosStore:
         self._snap = QosSnapshot(generation, source, policy, resolve(policy, fabric))
 
     def _load(self) -> tuple[QosPolicy, int, str] | None:
-        if self.path is None or not self.path.exists():
+        """The saved policy, checked like `controller-state.json` (`controller.statefile`): `StateError`
+        naming the file and the field for anything else."""
+        if self.path is None:
             return None
+        data = read_json(self.path)
+        if data is None:
+            return None
+        fields = Fields(self.path, data, {"generation", "source", "policy"})
+        generation = fields.integer("generation", 0, MAX_GENERATION, required=True)
+        source = fields.text("source", 200, default="saved")
+        raw = fields.get("policy", (dict,), required=True)
         try:
-            data = json.loads(self.path.read_text())
-            policy = policy_from_data(data["policy"], str(self.path), self.fabric)
-            return policy, int(data["generation"]), str(data.get("source", "saved"))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise QosFileError(f"saved QoS policy unreadable: {exc}", file=str(self.path)) from None
+            policy = policy_from_data(raw, str(self.path), self.fabric)
+        except QosFileError as exc:
+            raise fields.error(f"policy.{exc.field}" if exc.field else "policy", exc.message) from None
+        return policy, generation, source
 
     def snapshot(self) -> QosSnapshot:
         return self._snap
@@ -91,15 +99,18 @@ class QosStore:
         return [e for e in list(self._events) if e["id"] > since]
 
     def _save(self, snap: QosSnapshot) -> None:
+        """Atomic and durable, or `QosNotSaved` with nothing changed (no temporary file left)."""
         if self.path is None:
             return
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         body = {"generation": snap.generation, "source": snap.source, "policy": to_data(snap.policy)}
-        with tmp.open("w") as handle:
-            json.dump(body, handle, indent=1)  # key order is the policy's order
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        try:
+            write_json(self.path, body, indent=1)  # key order is the policy's order
+        except StateError as exc:
+            raise QosNotSaved(f"state not saved, nothing changed: StateError: {exc}") from None
 
 
-__all__ = ["MAX_EVENTS", "QOS_FILE", "QosSnapshot", "QosStore"]
+class QosNotSaved(RuntimeError):
+    """The new policy could not be saved: it was not applied either."""
+
+
+__all__ = ["MAX_EVENTS", "QOS_FILE", "QosNotSaved", "QosSnapshot", "QosStore"]

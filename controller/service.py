@@ -65,7 +65,7 @@ from controller.core.state import Config, FabricState
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
 from controller.sm.isolation import arp_allowed
 from controller.sm.manager import SubnetContext
-from controller.sm.partitions import Partitions
+from controller.sm.partitions import PartitionError, Partitions
 from controller.sm.policies import PolicyChoice, PolicyError
 from controller.state import StateError, StateStore
 from topologies.model import Fabric
@@ -99,6 +99,10 @@ class Busy(RuntimeError):
     def __init__(self, message: str, retry_after_s: int = 2) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class Stopping(Busy):
+    """The controller is shutting down: the change was not made (HTTP 503)."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,9 @@ class FabricService:
         self._next_request = 1
         #: A counter sample is queued and not yet handled (at most one waits).
         self._sample_queued = threading.Event()
+        #: Held while the state is saved; `_closed` (set by `stop`) refuses saves after it.
+        self._saving = threading.Lock()
+        self._closed = False
 
     @classmethod
     def for_fabric(
@@ -210,6 +217,9 @@ class FabricService:
         except PolicyError as exc:
             assert store is not None  # defaults are valid: only a saved policy can be bad
             raise StateError(f"{store.path}: {exc}") from None
+        except PartitionError as exc:  # saved members this topology does not have
+            assert store is not None
+            raise StateError(f"{store.path}: partitions: {exc.message}") from None
         if config is not None:
             state = core.initial_state(saved, config(state.config))
         return cls(core, state, store, lldp_interval_s=lldp_interval_s, **kwargs)
@@ -235,11 +245,35 @@ class FabricService:
         self._queue.put(marker)
         marker.result(timeout_s)
 
-    def stop(self, timeout_s: float = 5.0) -> None:
+    def stop(self, timeout_s: float = 3.0) -> None:
+        """Stop within `timeout_s` whatever the worker is doing (a k=16 recompute takes seconds).
+
+        Operators still queued are answered at once (`Stopping`: not made); the change under way gets
+        what is left of the time to finish (then its answer is the real one); then saving is closed, so
+        a save is either whole on disk or never started.  The worker is a daemon thread: it may still
+        be computing when the process exits, but it can no longer save."""
+        deadline = time.monotonic() + timeout_s
         self._stop.set()
         self._queue.put(_STOP)
+        self._fail_requests(started=False, why="the controller is stopping: this change was not made")
         for thread in self._threads:
-            thread.join(timeout_s)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._saving:  # a save under way finishes; none starts after this
+            self._closed = True
+        self._fail_requests(
+            started=True,
+            why="the controller stopped during this change: it was kept only if the state shows it after "
+            "the restart",
+        )
+
+    def _fail_requests(self, started: bool, why: str) -> None:
+        with self._requests_lock:
+            chosen = [r for r in self._requests.values() if r.started == started]
+            for request in chosen:
+                self._requests.pop(request.event.request, None)
+        for request in chosen:
+            if not request.future.done():
+                request.future.set_exception(Stopping(why, retry_after_s=10))
 
     # --- reads (any thread, never wait) ------------------------------------------------------------------
 
@@ -446,10 +480,13 @@ class FabricService:
         if isinstance(command, Save):
             if self.store is None:
                 return Saved()
-            try:
-                self.store.save(command.state)
-            except Exception as exc:
-                return Saved(error=f"{type(exc).__name__}: {exc}")
+            with self._saving:
+                if self._closed:
+                    return Saved(error="StateError: the controller is stopping")
+                try:
+                    self.store.save(command.state)
+                except Exception as exc:
+                    return Saved(error=f"{type(exc).__name__}: {exc}")
             return Saved()
         if isinstance(command, Log):
             LOG.log(_LEVELS[command.level], "%s", command.message)
@@ -462,7 +499,7 @@ class FabricService:
     def _reply(self, reply: Reply) -> None:
         with self._requests_lock:
             request = self._requests.pop(reply.request, None)
-        if request is None:
+        if request is None or request.future.done():
             return
         if reply.error is not None:
             request.future.set_exception(reply.error)

@@ -13,14 +13,15 @@ back from the switches.  Files written before routing policies existed load with
   store lives (the kernel drops it when the process dies, even on SIGKILL); a second controller is refused
   with the holder's pid.
 - A damaged or hand-edited file (binary, not UTF-8, nested or oversized JSON, unknown or duplicate fields,
-  a generation outside the cookie's 48 bits) is rejected whole with the field at fault, never half-applied.
+  a generation outside the cookie's 48 bits, a partition listed twice) is rejected whole with the file and
+  the field at fault, never half-applied.  Reading, writing and the field checks are `controller.statefile`,
+  shared with `qos.json`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import secrets
 from dataclasses import dataclass
@@ -28,17 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from controller.sm.intents import MAX_GENERATION
-from topologies.errors import InputError, read_input_bytes
+from controller.sm.partitions import PartitionError
+from controller.sm.partitions_conf import rule_from_dict
+from controller.statefile import Fields, StateError, read_json, short, write_json
 
 STATE_FILE = "controller-state.json"
 LOCK_FILE = "controller.lock"
 FORMAT = 1
-#: The state is a few fields and the partitions; anything larger is not ours.
-MAX_STATE_BYTES = 1024 * 1024  # partitions list their members
-
-
-class StateError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -124,54 +121,27 @@ class StateStore:
     # --- reading -------------------------------------------------------------------------------------
 
     def load(self) -> SavedState | None:
-        if not os.path.lexists(self.path):
-            return None
-        try:  # a regular file of at most MAX_STATE_BYTES: a FIFO or a device must not block the start
-            raw = read_input_bytes(self.path, InputError, MAX_STATE_BYTES)
-        except InputError as exc:
-            raise StateError(f"{self.path}: not a usable state file: {exc.message}") from None
-        try:
-            data: Any = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
-        except UnicodeDecodeError:
-            raise StateError(f"{self.path}: not a state file: not UTF-8 text") from None
-        except json.JSONDecodeError as exc:
-            raise StateError(
-                f"{self.path}: not a state file: invalid JSON ({exc.msg}, line {exc.lineno})"
-            ) from None
-        except RecursionError:
-            raise StateError(f"{self.path}: not a state file: JSON nested too deeply") from None
-        except ValueError as exc:  # duplicate fields; integers past Python's 4,300-digit conversion limit
-            raise StateError(f"{self.path}: not a state file: {exc}") from None
-        return self._check(data)
+        data = read_json(self.path)
+        return None if data is None else self._check(data)
 
     def _check(self, data: Any) -> SavedState:
-        if not isinstance(data, dict):
-            raise StateError(f"{self.path}: state must be a JSON object")
+        fields = Fields(self.path, data, set(_FIELDS) | set(_OPTIONAL) | {"format"})
         if data.get("format") != FORMAT:
-            raise StateError(f"{self.path}: format: expected {FORMAT}, got {_short(data.get('format'))}")
-        unknown = set(data) - set(_FIELDS) - set(_OPTIONAL) - {"format"}
-        if unknown:
-            raise StateError(f"{self.path}: {_short(sorted(unknown)[0])}: unknown field")
-        values: dict[str, Any] = {}
-        for name, kind in _FIELDS.items():
-            if name not in data:
-                raise StateError(f"{self.path}: {name}: missing")
-            value = data[name]
-            if type(value) is not kind:
-                raise StateError(f"{self.path}: {name}: expected {kind.__name__}, got {_short(value)}")
-            values[name] = value
+            raise fields.error("format", f"expected {FORMAT}, got {short(data.get('format'))}")
+        values: dict[str, Any] = {
+            name: fields.get(name, (kind,), required=True) for name, kind in _FIELDS.items()
+        }
         check_generation(values["generation"], self.path, loading=True)
         for name, kinds in _OPTIONAL.items():
             if name in data:
-                value = data[name]
-                if type(value) not in kinds:
-                    raise StateError(
-                        f"{self.path}: {name}: expected {kinds[0].__name__}, got {_short(value)}"
-                    )
-                values[name] = value
+                values[name] = fields.get(name, kinds)
+        fields.text("policy", 40)
+        fields.integer("interval_ms", 1, 3_600_000)
         classes = values.get("classes")
         if classes is not None and not all(isinstance(v, str) for v in classes.values()):
-            raise StateError(f"{self.path}: classes: expected {{DSCP: policy name}}")
+            raise fields.error("classes", "expected {DSCP: policy name}")
+        if values.get("partitions") is not None:
+            check_partitions(self.path, values["partitions"])
         return SavedState(**values)
 
     # --- writing -------------------------------------------------------------------------------------
@@ -181,24 +151,35 @@ class StateStore:
         (no partial file, no temporary file left behind)."""
         check_generation(state.generation, self.path)
         data = {"format": FORMAT, **{k: v for k, v in state.__dict__.items() if v is not None}}
-        text = json.dumps(data, indent=2) + "\n"
-        tmp = self.directory / f".{STATE_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StateError(f"{self.path}: cannot save state: {exc.strerror or exc}") from None
+        write_json(self.path, data)
+
+
+def check_partitions(path: Path, entries: list[Any]) -> None:
+    """Saved partitions as the REST body and the partitions file are checked (`rule_from_dict`), each
+    error naming the file and the entry; and each partition once: 0x0001 and 0x8001 are the same
+    partition (bit 15 is membership), which a file written by the controller never lists twice."""
+
+    def fail(message: str, *sub: str | int) -> StateError:
+        return StateError(f"{path}: partitions[{index}]" + "".join(f".{s}" for s in sub) + f": {message}")
+
+    seen: dict[int, int] = {}
+    for index, entry in enumerate(entries):
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise StateError(f"{self.path}: cannot save state: {exc.strerror or exc}") from None
-        _fsync_directory(self.directory)  # the rename itself must survive a power cut
+            rule = rule_from_dict(entry, 0, fail)
+        except PartitionError as exc:  # pragma: no cover - `fail` makes StateErrors
+            raise StateError(f"{path}: partitions[{index}]: {exc.message}") from None
+        assert rule.pkey is not None
+        if rule.pkey in seen:
+            raise fail(
+                f"P_Key {short(entry.get('pkey'))} is partition 0x{rule.pkey:04x} again (partitions["
+                f"{seen[rule.pkey]}]): each partition is saved once",
+                "pkey",
+            )
+        seen[rule.pkey] = index
 
 
 def check_generation(generation: int, where: Path | str = "state", *, loading: bool = False) -> None:
@@ -207,22 +188,9 @@ def check_generation(generation: int, where: Path | str = "state", *, loading: b
     top = MAX_GENERATION - 1 if loading else MAX_GENERATION
     if not 0 <= generation <= top:
         raise StateError(
-            f"{where}: generation: must be 0..{top} (the cookie's 48 bits), got {_short(generation)}"
+            f"{where}: generation: must be 0..{top} (the cookie's 48 bits), got {short(generation)}"
             + ("; start on a fresh state directory" if loading and generation > top else "")
         )
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return  # the file is in place; only its durability across a crash is not confirmed
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems do not fsync directories (EINVAL); the rename has happened
-    finally:
-        os.close(fd)
 
 
 def _read_pid(fd: int) -> int | None:
@@ -233,20 +201,12 @@ def _read_pid(fd: int) -> int | None:
     return int(text) if text.isdigit() and len(text) < 12 else None
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"{_short(key)}: field appears twice")
-        out[key] = value
-    return out
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-__all__ = ["LOCK_FILE", "STATE_FILE", "SavedState", "StateError", "StateStore", "check_generation"]
+__all__ = [
+    "LOCK_FILE",
+    "STATE_FILE",
+    "SavedState",
+    "StateError",
+    "StateStore",
+    "check_generation",
+    "check_partitions",
+]

@@ -221,10 +221,14 @@ def calibrate(
 
 
 def save(result: dict[str, Any], path: Path) -> Path:
+    """Whole or not at all: a new file renamed over the old one, never a temporary left behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

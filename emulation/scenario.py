@@ -52,6 +52,7 @@ from topologies.errors import InputError, read_input_file
 from topologies.loader import load_topology
 from topologies.model import Fabric
 from topologies.scale import Scale
+from topologies.schema import Seed
 from topologies.yamlio import AllowedKeys, Document, PathItem, load_document, validate
 from traffic.entropy import seeded_sports
 from traffic.errors import TrafficError, parse_hosts, parse_size
@@ -221,7 +222,7 @@ class ScenarioSpec(_Strict):
     controller: ControllerSpec = ControllerSpec()
     duration_s: Annotated[float, Field(gt=0, le=3600)]
     repetitions: Annotated[int, Field(ge=1, le=100)] = 1
-    seed: int = 0
+    seed: Seed = 0
     poll_interval_s: Annotated[float, Field(ge=0.1, le=60)] = 0.5
     #: Queue of every shaped switch port, in packets (a switch's buffer); default: the interface's 1000.
     buffer_packets: Annotated[int, Field(ge=2, le=100_000)] | None = None

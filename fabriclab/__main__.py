@@ -2,6 +2,6 @@
 
 import sys
 
-from fabriclab.cli import main
+from fabriclab.launch import run
 
-sys.exit(main())
+sys.exit(run())

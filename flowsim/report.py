@@ -9,12 +9,9 @@ switch-to-switch links over time, one panel per policy).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,41 +19,22 @@ from flowsim.metrics import FIELDS, compare, comparison_markdown, fct_cdf, hotte
 from flowsim.run import Outcome
 
 
-@contextlib.contextmanager
-def atomic_dir(target: Path) -> Iterator[Path]:
-    """A temporary folder that becomes `target` when the block succeeds (and vanishes when it fails)."""
-    target = Path(target)
-    parent = target.parent if str(target.parent) else Path(".")
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))
-        target.rename(old / "previous")
-    tmp.rename(target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def write_report(
     outcome: Outcome, out_dir: Path, emulation: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Write a simulation's results; with `emulation` (an emulator `compare` summary), the comparison too."""
+    """Write a simulation's results into the folder `out_dir` (which the caller provides: the CLI gives a
+    fresh one that replaces the results folder at the end); with `emulation` (an emulator `compare`
+    summary), the comparison too."""
     summary = outcome.summary()
     if emulation is not None:
         summary["emulation_comparison"] = compare(summary, emulation)
-    with atomic_dir(out_dir) as tmp:
-        (tmp / "summary.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
-        if emulation is not None:
-            comparison = _clean(summary["emulation_comparison"])
-            (tmp / "comparison.json").write_text(json.dumps(comparison, indent=2) + "\n")
-        plots = _plots(outcome, tmp)
-        (tmp / "report.md").write_text(_markdown(summary, plots))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
+    if emulation is not None:
+        comparison = _clean(summary["emulation_comparison"])
+        (out_dir / "comparison.json").write_text(json.dumps(comparison, indent=2) + "\n")
+    plots = _plots(outcome, out_dir)
+    (out_dir / "report.md").write_text(_markdown(summary, plots))
     return summary
 
 
@@ -196,4 +174,4 @@ def _markdown(summary: Mapping[str, Any], plots: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["atomic_dir", "write_report"]
+__all__ = ["write_report"]

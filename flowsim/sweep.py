@@ -23,11 +23,16 @@ whichever executor runs them, and they are sorted the same way before they are w
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import dataclasses
+import hashlib
 import io
 import json
+import logging
 import os
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache
@@ -46,6 +51,7 @@ from flowsim.workload import adhoc
 from topologies.errors import InputError, read_input_file
 from topologies.generators import generate
 from topologies.model import Fabric
+from topologies.schema import Seed
 from topologies.yamlio import AllowedKeys, PathItem, load_document, validate
 from traffic.errors import TrafficError, parse_size
 
@@ -75,7 +81,7 @@ class SweepSpec(_Strict):
     policies: Annotated[list[str], Field(min_length=1)]
     workloads: Annotated[list[str], Field(min_length=1)]
     fabrics: Annotated[list[dict[str, int | float | str]], Field(min_length=1)]
-    seeds: Annotated[list[int], Field(min_length=1)] = [0]
+    seeds: Annotated[list[Seed], Field(min_length=1, max_length=10_000)] = [0]
     size: str | int = "64MiB"
     engine: str = "ftree"
     controller: PolicyKnobs = PolicyKnobs()
@@ -215,19 +221,35 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     return rows
 
 
+#: Finished units by task index: what a run resumes from and reports into.
+Done = MutableMapping[int, list[dict[str, Any]]]
+
+
+def sweep_digest(sweep: Sweep) -> str:
+    """What a finished unit belongs to: rows kept from an interrupted run are reused only by the same grid."""
+    text = json.dumps([dataclasses.asdict(t) for t in sweep.tasks], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _rows(sweep: Sweep, done: Done) -> list[dict[str, Any]]:
+    return sort_rows([row for task in sweep.tasks for row in done.get(task.index, [])])
+
+
 def run_local(
-    sweep: Sweep, workers: int | None = None, progress: Progress | None = None
+    sweep: Sweep, workers: int | None = None, progress: Progress | None = None, done: Done | None = None
 ) -> list[dict[str, Any]]:
-    """The points on a local process pool (default: one process per core)."""
-    n = max(1, min(workers or os.cpu_count() or 1, len(sweep.tasks)))
-    rows: list[dict[str, Any]] = []
+    """The points on a local process pool (default: one process per core).  Units already in `done` are
+    not run again; each finished unit is added to it as it finishes (so an interrupted run keeps them)."""
+    done = {} if done is None else done
+    todo = [task for task in sweep.tasks if task.index not in done]
+    n = max(1, min(workers or os.cpu_count() or 1, len(todo) or 1))
     with ProcessPoolExecutor(max_workers=n) as pool:
-        futures = [pool.submit(run_task, task) for task in sweep.tasks]
-        for done, future in enumerate(as_completed(futures), 1):
-            rows += future.result()
+        futures = {pool.submit(run_task, task): task.index for task in todo}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
             if progress is not None:
-                progress(done, len(futures), "local")
-    return sort_rows(rows)
+                progress(len(done), len(sweep.tasks), "local")
+    return _rows(sweep, done)
 
 
 def connect_dask(address: str, timeout_s: float = 10.0) -> Any:
@@ -245,22 +267,88 @@ def connect_dask(address: str, timeout_s: float = 10.0) -> Any:
 
 
 def run_dask(
-    sweep: Sweep, address: str, progress: Progress | None = None, timeout_s: float = 10.0
+    sweep: Sweep,
+    address: str,
+    progress: Progress | None = None,
+    timeout_s: float = 10.0,
+    done: Done | None = None,
 ) -> list[dict[str, Any]]:
-    """The points on a Dask distributed cluster (workers need fabriclab importable)."""
-    from distributed import as_completed as dask_completed  # noqa: PLC0415
+    """The points on a Dask distributed cluster (workers need fabriclab importable).
 
+    Bounded: with no live worker for `timeout_s` (none started, or the last one gone) or the scheduler
+    gone, a SweepError says so; the units finished by then are in `done`, which a rerun resumes from."""
+    from distributed import wait  # noqa: PLC0415
+
+    done = {} if done is None else done
     client = connect_dask(address, timeout_s)
+    quiet = _quiet_client_logs()  # a lost scheduler is one SweepError here, not pages of client tracebacks
     try:
-        futures = client.map(run_task, list(sweep.tasks), pure=False)
-        rows: list[dict[str, Any]] = []
-        for done, future in enumerate(dask_completed(futures), 1):  # type: ignore[no-untyped-call]
-            rows += future.result()
-            if progress is not None:
-                progress(done, len(futures), "dask")
-        return sort_rows(rows)
+        todo = [task for task in sweep.tasks if task.index not in done]
+        futures = {f: t.index for f, t in zip(client.map(run_task, todo, pure=False), todo, strict=True)}
+        pending = set(futures)
+        without_workers = None
+        while pending:
+            try:
+                finished, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")  # type: ignore[no-untyped-call]
+            except TimeoutError:  # nothing finished in this half second
+                finished = set()
+            except Exception as exc:  # the scheduler gone: the client cancels everything it had sent
+                raise SweepError(
+                    f"lost the Dask scheduler at {address} ({type(exc).__name__}); {len(done)} of "
+                    f"{len(sweep.tasks)} units finished",
+                    field="dask",
+                ) from None
+            for future in finished:
+                try:
+                    done[futures[future]] = future.result()
+                except Exception as exc:  # a worker that died running it (KilledWorker) or the task's error
+                    raise SweepError(
+                        f"unit {futures[future]} failed on the cluster ({type(exc).__name__}: {exc})",
+                        field="dask",
+                    ) from None
+                if progress is not None:
+                    progress(len(done), len(sweep.tasks), "dask")
+            if finished or not pending:
+                without_workers = None
+                continue
+            workers = _live_workers(client, timeout_s)
+            now = time.monotonic()
+            if workers:
+                without_workers = None
+            elif without_workers is None:
+                without_workers = now
+            elif now - without_workers > timeout_s:
+                why = "no live worker" if workers == 0 else "the scheduler does not answer"
+                raise SweepError(
+                    f"{why} at {address} for {timeout_s:g} s; {len(done)} of {len(sweep.tasks)} units "
+                    "finished",
+                    field="dask",
+                )
+        return _rows(sweep, done)
     finally:
-        client.close()
+        with contextlib.suppress(Exception):
+            client.close(timeout=2)
+        quiet.close()
+
+
+def _quiet_client_logs() -> contextlib.ExitStack:
+    stack = contextlib.ExitStack()
+    for name in ("distributed.client", "distributed.utils", "distributed.core"):
+        log = logging.getLogger(name)
+        stack.callback(log.setLevel, log.level)
+        log.setLevel(logging.CRITICAL)
+    return stack
+
+
+def _live_workers(client: Any, timeout_s: float) -> int | None:
+    """Workers the scheduler knows now, or None if it does not answer within `timeout_s`."""
+    if client.status != "running":
+        return None
+    try:
+        info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout_s)
+    except Exception:  # the scheduler gone or not answering: the caller's clock decides
+        return None
+    return len(info.get("workers", {}))
 
 
 def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -277,20 +365,19 @@ def table_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def write_sweep(sweep: Sweep, rows: Sequence[dict[str, Any]], out_dir: Path, executor: str) -> None:
-    """results.json, results.csv, report.md and throughput/busbw-vs-size plots, written atomically."""
-    from flowsim.report import atomic_dir  # noqa: PLC0415
-
-    with atomic_dir(out_dir) as tmp:
-        (tmp / "results.json").write_text(
-            json.dumps(
-                {"sweep": sweep.spec.name, "points": sweep.points, "executor": executor, "rows": list(rows)},
-                indent=2,
-            )
-            + "\n"
+    """results.json, results.csv, report.md and throughput/busbw-vs-size plots, into the folder `out_dir`
+    (the CLI gives a fresh one that replaces the results folder at the end)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(
+        json.dumps(
+            {"sweep": sweep.spec.name, "points": sweep.points, "executor": executor, "rows": list(rows)},
+            indent=2,
         )
-        (tmp / "results.csv").write_text(table_csv(rows))
-        plots = _plots(rows, tmp)
-        (tmp / "report.md").write_text(_markdown(sweep, rows, plots, executor))
+        + "\n"
+    )
+    (out_dir / "results.csv").write_text(table_csv(rows))
+    plots = _plots(rows, out_dir)
+    (out_dir / "report.md").write_text(_markdown(sweep, rows, plots, executor))
 
 
 def _plots(rows: Sequence[dict[str, Any]], out: Path) -> list[str]:

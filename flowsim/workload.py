@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from flowsim.network import F64, I32, Network, SimInputError
+from topologies.errors import clip
 from traffic.entropy import flow_sports, pair_qp, seeded_sport_array
 from traffic.errors import TrafficError
 from traffic.figures import JobInfo
@@ -294,8 +295,8 @@ def adhoc(
 
 
 def _int_arg(arg: str, spec: str, low: int, high: int) -> int:
-    if not arg.isdigit() or not low <= int(arg) <= high:
-        raise SimInputError(f"{spec!r}: needs an integer in {low}..{high} after ':'", "traffic")
+    if not arg.isdigit() or len(arg) > 12 or not low <= int(arg) <= high:
+        raise SimInputError(f"{clip(repr(spec))}: needs an integer in {low}..{high} after ':'", "traffic")
     return int(arg)
 
 

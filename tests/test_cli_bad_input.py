@@ -27,9 +27,13 @@ SCENARIO = str(ROOT / "scenarios" / "link-failure.yaml")
 KV = ["plan", "kv-transfer", "--model", "llama3-70b", "--prefill", "h1", "--decode", "h2"]
 PCAP = ["pcap", "allreduce", "--ranks", "h1..h4", "--size", "4KiB", "-o", "{tmp}/x.pcap"]
 RING = ["plan", "allreduce", "--ranks", "h1..h4", "--size", "4KiB"]
+SIM = ["sim", "--topology", TOPO, "--traffic", "permutation"]
+SWEEP = str(ROOT / "sweeps" / "policies-vs-size.yaml")
+BIG = "9" * 5000  # more digits than Python converts to an int
 
 # (argv, what the one line must contain).  "{tmp}" is the test's scratch directory (also the cwd),
-# "{dir}" an existing directory in it, "{file}" an existing file in it.
+# "{dir}" an existing empty directory in it, "{file}" an existing file in it, "{full}" a directory with a
+# file of the user's in it.
 CASES: list[tuple[list[str], str]] = [
     # --- topo ---------------------------------------------------------------------------------------
     (["topo", "generate", "fat-tree", "--k", "66"], "--k: a k=66 fat-tree has 71,874 hosts"),
@@ -59,6 +63,14 @@ CASES: list[tuple[list[str], str]] = [
     (["topo", "import-ibnet", IBNET, "-o", "{dir}"], "-o/--output: {dir} is a directory"),
     (["topo", "export-ibnet", TOPO, "-o", "{dir}"], "-o/--output: {dir} is a directory"),
     (["topo", "check", "/dev/zero"], "/dev/zero: not a regular file"),
+    (["topo", "generate", "torus", "--x", "1000", "--y", "1000"],
+     "--x: 1,000,000 switches with 1 host(s) each: more than the generators' limit of 65,536 hosts"),
+    (["topo", "generate", "dragonfly", "--groups", "1000", "--routers", "100", "--globals-per-router", "10"],
+     "--groups: 100,000 switches"),
+    (["topo", "generate", "random-regular", "--switches", "70000", "--degree", "4"], "--switches: 70,000"),
+    (["topo", "generate", "random-regular", "--switches", "8", "--degree", "4", "--seed", "-1"],
+     "argument --seed: must be 0..4294967295"),
+    (["topo", "generate", "torus", "--x", BIG, "--y", "3"], "argument --x: invalid int value"),
     (["topo", "check", "{dir}"], "{dir}: is a directory"),
     # --- route --------------------------------------------------------------------------------------
     (["route", TOPO, "--vls", "0"], "--vls must be 1..15"),
@@ -66,10 +78,15 @@ CASES: list[tuple[list[str], str]] = [
     (["route", TOPO, "--max-shifts", "-3"], "--max-shifts must be >= 1"),
     (["route", TOPO, "--fail-links", "-1"], "--fail-links must be a count or a percentage (0..100%)"),
     (["route", TOPO, "--fail-links", "99999"], "cannot fail 99999 links"),
-    (["route", TOPO, "--seed", "nan"], "argument --seed: invalid int value"),
+    (["route", TOPO, "--seed", "nan"], "argument --seed: expected an integer, got 'nan'"),
     (["route", TOPO, "--dump-dir", "/proc/self/x"], "--dump-dir: cannot create /proc/self/x"),
-    (["route", TOPO, "--dump-dir", "{file}"], "--dump-dir: {file} exists and is not a directory"),
-    (["route", TOPO, "--dump-dir", "{file}/sub"], "--dump-dir: cannot create"),
+    (["route", TOPO, "--dump-dir", "{file}"], "--dump-dir: {file} exists and is not a folder"),
+    (["route", TOPO, "--dump-dir", "{file}/sub"], "--dump-dir: cannot use {file}/sub"),
+    (["route", TOPO, "--dump-dir", "{full}"], "--dump-dir: {full} is a folder with other things in it"),
+    (["route", TOPO, "--dump-dir", "{full}", "--force", "--vls", "0"], "--vls must be 1..15"),
+    (["route", TOPO, "--dump-dir", "."], "--dump-dir: . is the current folder or contains it"),
+    (["route", TOPO, "--fail-links", "1", "--seed", "-1"], "argument --seed: must be 0..4294967295"),
+    (["route", TOPO, "--seed", BIG], f"argument --seed: expected an integer, got '{BIG[:40]}'"),
     # --- traffic ------------------------------------------------------------------------------------
     (["traffic", *PCAP, "--mtu", "0"], "argument --mtu: invalid choice: 0"),
     (["traffic", *PCAP, "--mtu", "1500"], "argument --mtu: invalid choice: 1500"),
@@ -96,6 +113,29 @@ CASES: list[tuple[list[str], str]] = [
     (["traffic", *RING, "--trace", "{dir}"], "--trace: {dir} is a directory"),
     (["traffic", *RING, "--trace", "/proc/self/x"], "--trace: cannot write /proc/self/x"),
     (["traffic", *RING, "--topology", "/dev/zero"], "/dev/zero: not a regular file"),
+    (["traffic", *RING[:-1], BIG], "--size: cannot parse '999"),
+    (["traffic", *RING[:-1], "99999999999999999999TiB"], "--size: at most 9,223,372,036,854,775,807 bytes"),
+    (["traffic", *RING, "--seed", "-1"], "argument --seed: must be 0..4294967295"),
+    (["traffic", *KV, "--prompt-tokens", "64", "--layers", BIG], "argument --layers: invalid int value"),
+    # --- sim, sweep (results folders: never replace what fabriclab did not write) -----------------------
+    ([*SIM, "-o", "{file}"], "-o/--output: {file} exists and is not a folder"),
+    ([*SIM, "-o", "{full}"], "-o/--output: {full} is a folder with other things in it (not a fabriclab"),
+    ([*SIM, "-o", "."], "-o/--output: . is the current folder or contains it"),
+    ([*SIM, "-o", "{tmp}"], "-o/--output: {tmp} is the current folder or contains it"),
+    ([*SIM, "-o", ".."], "-o/--output: .. is the current folder or contains it"),
+    ([*SIM, "-o", "{file}", "--force"], "-o/--output: {file} exists and is not a folder"),
+    ([*SIM, "-o", "/proc/sys/x"], "-o/--output: cannot create /proc/sys/x"),
+    ([*SIM, "-o", "{file}/x"], "-o/--output: cannot use {file}/x"),
+    ([*SIM, "-o", "{tmp}/r", "--size", BIG], "size: cannot parse '999"),
+    ([*SIM, "-o", "{tmp}/r", "--seed", "-1"], "argument --seed: must be 0..4294967295"),
+    ([*SIM, "-o", "{tmp}/r", "--policies", ""], "policies: empty policy name in ''"),
+    ([*SIM, "-o", "{tmp}/r", "--policies", "static,"], "policies: empty policy name"),
+    ([*SIM[:-1], "permutation:offleaf", "-o", "{tmp}/r", "--seed", "-7"], "argument --seed: must be 0.."),
+    ([*SIM[:-1], f"shift:{BIG}", "-o", "{tmp}/r"], "needs an integer in 1..15 after ':'"),
+    ([*SIM[:-1], f"incast:{BIG}", "-o", "{tmp}/r"], "needs an integer in 1..15 after ':'"),
+    (["sweep", SWEEP, "-o", "{file}"], "-o/--output: {file} exists and is not a folder"),
+    (["sweep", SWEEP, "-o", "{full}"], "-o/--output: {full} is a folder with other things in it"),
+    (["sweep", SWEEP, "-o", "{tmp}/r", "--dask-timeout", "0"], "--dask-timeout: 0.5..3600 seconds"),
     # --- controller (its own process: if validation failed it would start listening) -----------------
     (["controller", "--topology", TOPO, "--lldp-interval", "nan"], "argument --lldp-interval: must be"),
     (["controller", "--topology", TOPO, "--lldp-interval", "1e-9"], "argument --lldp-interval: must be"),
@@ -127,15 +167,20 @@ CASES: list[tuple[list[str], str]] = [
     (["emulate", "up", TOPO, "--no-cli", "--controller", "tcp:h:1:2"], "--controller: expected tcp:HOST"),
     (["emulate", "up", TOPO, "--no-cli", "--controller", "udp:127.0.0.1:6653"],
      "--controller: expected tcp:"),
-    (["scenario", "run", SCENARIO, "-o", "/proc/self/x"], "-o/--output: cannot create results folder"),
-    (["scenario", "run", SCENARIO, "-o", "{file}"], "-o/--output: cannot create results folder"),
+    (["scenario", "run", SCENARIO, "-o", "/proc/self/x"], "-o/--output: cannot create /proc/self/x"),
+    (["scenario", "run", SCENARIO, "-o", "{file}"], "-o/--output: {file} exists and is not a folder"),
+    (["scenario", "run", SCENARIO, "-o", "{full}"], "-o/--output: {full} is a folder with other things"),
+    (["scenario", "run", SCENARIO, "-o", "."], "-o/--output: . is the current folder or contains it"),
+    (["compare", SCENARIO, "-o", "{file}"], "-o/--output: {file} exists and is not a folder"),
+    (["compare", SCENARIO, "-o", "{full}"], "-o/--output: {full} is a folder with other things"),
+    (["compare", SCENARIO, "-o", "{tmp}/r", "--policies", ""], "--policies: empty policy name"),
 ]  # fmt: skip
 
-IN_OWN_PROCESS = ("controller", "emulate", "scenario")
+IN_OWN_PROCESS = ("controller", "emulate", "scenario", "compare")
 
 
 def _fill(text: str, tmp: Path) -> str:
-    return text.format(tmp=tmp, dir=tmp / "adir", file=tmp / "afile")
+    return text.format(tmp=tmp, dir=tmp / "adir", file=tmp / "afile", full=tmp / "full")
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -173,12 +218,15 @@ def test_bad_cli_input_is_one_line_exit_2_and_leaves_nothing(
 ) -> None:
     (tmp_path / "adir").mkdir()
     (tmp_path / "afile").write_text("keep me\n")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("keep me too\n")
     monkeypatch.chdir(tmp_path)
     before = _tree(tmp_path)
     code, out, err = _run([_fill(a, tmp_path) for a in argv], capsys)
     assert code == 2, err
     assert out == "", out
     assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert len(err) < 600, err  # a value of 5,000 characters is not echoed whole
     assert "error: " in err and _fill(message, tmp_path) in err, err
     assert _tree(tmp_path) == before  # no partial output, no temporary file, no state directory
 

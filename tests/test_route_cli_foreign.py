@@ -85,6 +85,7 @@ def test_fallback_is_logged_and_used(
     report = json.loads((dump / "report.json").read_text())
     assert report["engine"] == "dfsssp" and report["fallback"]["requested"] == "ftree"
     assert sorted(p.name for p in dump.iterdir()) == [
+        ".fabriclab-result.json",
         "opensm-ftree-ca-order.dump",
         "opensm-lfts.dump",
         "opensm-subnet.lst",
@@ -97,18 +98,23 @@ def test_fallback_is_logged_and_used(
 def test_dump_dir_is_replaced_whole_and_has_the_ca_order(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    """A folder of the user's is refused untouched (unless --force); an earlier dump is replaced whole."""
     dump = tmp_path / "out"
     dump.mkdir()
     (dump / "opensm-lfts.dump").write_text("stale")
     (dump / "notes.txt").write_text("mine")
     net = DATA / "opensm-ft3-k4" / "fabric.net"
-    code, _, _ = run(capsys, "route", str(net), "--engine", "ftree", "--dump-dir", str(dump))
+    code, _, err = run(capsys, "route", str(net), "--engine", "ftree", "--dump-dir", str(dump))
+    assert code == 2 and "is a folder with other things in it (not a fabriclab result)" in err
+    assert (dump / "notes.txt").read_text() == "mine" and (dump / "opensm-lfts.dump").read_text() == "stale"
+    code, _, _ = run(capsys, "route", str(net), "--engine", "ftree", "--dump-dir", str(dump), "--force")
+    assert code == 0 and not (dump / "notes.txt").exists()
+    code, _, _ = run(capsys, "route", str(net), "--engine", "ftree", "--dump-dir", str(dump))  # ours now
     assert code == 0
-    assert (dump / "notes.txt").read_text() == "mine"
     assert (dump / "opensm-lfts.dump").read_text().startswith("Unicast lids")
     ours = (dump / "opensm-ftree-ca-order.dump").read_text()
     assert ours == (DATA / "opensm-ft3-k4" / "opensm-ftree-ca-order.dump").read_text()  # OpenSM's own
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_degraded_report_shows_the_intact_balance(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -22,9 +22,24 @@ from topologies.model import MAX_PORTS, Fabric, Link, Node, NodeKind, PortRef, m
 DEFAULT_BW_GBPS = 400.0
 
 
+#: The generators' size limit (a k=64 fat-tree's host count); `topologies.generators` shares it.
+MAX_GENERATED_HOSTS = 65_536
+
+
 def _require(condition: bool, field: str, message: str) -> None:
     if not condition:
         raise TopologyError(message, field=field)
+
+
+def _require_size(switches: int, hosts_per_switch: int, field: str) -> None:
+    """Refuse at once (not after minutes of building) a fabric over the generators' size limit."""
+    _require(hosts_per_switch >= 1, "generator.hosts_per_switch", "hosts_per_switch must be >= 1")
+    _require(
+        switches * hosts_per_switch <= MAX_GENERATED_HOSTS and switches <= MAX_GENERATED_HOSTS,
+        field,
+        f"{switches:,} switches with {hosts_per_switch} host(s) each: more than the generators' limit of "
+        f"{MAX_GENERATED_HOSTS:,} hosts",
+    )
 
 
 class _Direct:
@@ -56,6 +71,7 @@ class _Direct:
 def torus(x: int, y: int, hosts_per_switch: int = 1, bw_gbps: float = DEFAULT_BW_GBPS) -> Fabric:
     """2-D torus of x * y switches."""
     _require(x >= 3 and y >= 3, "generator.x", f"a torus needs at least 3 switches per ring, got {x}x{y}")
+    _require_size(x * y, hosts_per_switch, "generator.x")
     names = [f"s{i}_{j}" for j in range(y) for i in range(x)]
     b = _Direct(names, hosts_per_switch, hosts_per_switch + 4, bw_gbps)
     for j in range(y):
@@ -82,6 +98,7 @@ def dragonfly(
         "generator.groups",
         f"groups must be 2..{a * h + 1} (routers x globals_per_router + 1), got {groups}",
     )
+    _require_size(groups * a, hosts_per_switch, "generator.groups")
     names = [f"s{g * a + r}" for g in range(groups) for r in range(a)]
     b = _Direct(names, hosts_per_switch, hosts_per_switch + a - 1 + h, bw_gbps)
     for g in range(groups):
@@ -115,6 +132,7 @@ def random_regular(
     import networkx as nx  # noqa: PLC0415 - only this generator needs it
 
     _require(switches >= 3, "generator.switches", f"switches must be >= 3, got {switches}")
+    _require_size(switches, hosts_per_switch, "generator.switches")
     _require(
         2 <= degree < switches and switches * degree % 2 == 0,
         "generator.degree",

@@ -8,9 +8,31 @@ CLI can print one line and exit 2, and the REST layer can answer 422 with the sa
 from __future__ import annotations
 
 import os
+import re
 import stat
 import zlib
 from pathlib import Path
+
+#: How much of a user's value an error message repeats: enough to recognise it, never a megabyte.
+ECHO_CHARS = 80
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text` as an error message may echo it: at most `limit` characters, then "…" and the full length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+#: Seeds are what NumPy's generators take whole: 0 .. 2**32 - 1 (negative seeds are an error there).
+SEED_MAX = 2**32 - 1
+
+
+def clip_words(message: str, limit: int = ECHO_CHARS, total: int = 600) -> str:
+    """`message` with every run of more than `limit` non-blank characters clipped (see `clip`), and at
+    most `total` characters in all: what an error repeats of its input stays short however long it was."""
+    clipped = re.sub(rf"\S{{{limit + 1},}}", lambda m: clip(m.group(0), limit), message)
+    return clip(clipped, total)
 
 
 class InputError(ValueError):
@@ -94,9 +116,14 @@ def read_input_file(
     if str(path).endswith(".gz"):
         data = _gunzip(data, str(path), error, max_bytes)
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise error("not a text file (UTF-8 expected)", file=str(path)) from None
+    nul = text.find("\x00")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise error("not a text file: a NUL byte (binary data?)", file=str(path), line=line)
+    return text
 
 
 def _gunzip(data: bytes, file: str, error: type[InputError], max_bytes: int) -> bytes:

@@ -29,14 +29,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from topologies.direct import dragonfly, random_regular, torus
+from topologies.direct import MAX_GENERATED_HOSTS, dragonfly, random_regular, torus
 from topologies.errors import TopologyError
 from topologies.model import MAX_PORTS, Fabric, Link, Node, NodeKind, PortRef, make_guid
 
 DEFAULT_BW_GBPS = 400.0
-#: A k=64 fat-tree (65,536 hosts, a 13 MB file) takes half a minute to load; k=254 would build 4 million
-#: hosts for minutes and gigabytes.  Leaf-spine and rail fabrics stay below this through the radix limit.
-MAX_GENERATED_HOSTS = 65_536
+#: MAX_GENERATED_HOSTS: a k=64 fat-tree (65,536 hosts, a 13 MB file) takes half a minute to load; k=254
+#: would build 4 million hosts for minutes and gigabytes.  Leaf-spine and rail fabrics stay below it
+#: through the radix limit; direct topologies (torus, dragonfly, random-regular) check it first.
 
 
 class _Builder:

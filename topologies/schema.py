@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from topologies.errors import SEED_MAX
 from topologies.model import MAX_PORTS
 from topologies.yamlio import AllowedKeys, PathItem
 
@@ -75,6 +76,7 @@ NodeName = Annotated[str, BeforeValidator(_name)]
 Endpoint = Annotated[tuple[str, int], BeforeValidator(_endpoint)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
 
 
 class _Strict(BaseModel):
@@ -176,7 +178,7 @@ class RandomRegularGenerator(_Strict):
     switches: int
     degree: int
     hosts_per_switch: int = 1
-    seed: int = 0
+    seed: Seed = 0
     bw_gbps: PositiveFloat = 400.0
 
 
@@ -246,4 +248,4 @@ class TopologyKeys(AllowedKeys):
         return [name for name in model.model_fields if name not in ("delay", "loss")]
 
 
-__all__ = ["Defaults", "GeneratorSpec", "LinkSpec", "NodeSpec", "TopologyKeys", "TopologySpec"]
+__all__ = ["Defaults", "GeneratorSpec", "LinkSpec", "NodeSpec", "Seed", "TopologyKeys", "TopologySpec"]

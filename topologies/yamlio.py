@@ -253,6 +253,13 @@ def load_document(text: str, file: str) -> Document:
         if "maximum nesting depth" in problem:  # libyaml >= 0.2.5 stops at 1,000 levels while scanning ahead
             raise InputError(f"nested more than {MAX_DEPTH} levels deep", file=file, line=line) from None
         raise InputError(f"invalid YAML: {problem}", file=file, line=line) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow; say where, not YAML's words
+        line = text.count("\n", 0, exc.position) + 1
+        raise InputError(
+            f"invalid YAML: character {chr(exc.character)!r} is not allowed (control characters are not)",
+            file=file,
+            line=line,
+        ) from None
     except yaml.YAMLError as exc:
         raise InputError(f"invalid YAML: {exc}", file=file) from None
     except ValueError as exc:  # a scalar the constructor cannot convert; InputError is a ValueError too

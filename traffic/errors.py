@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from fractions import Fraction
 
-from topologies.errors import InputError
+from topologies.errors import InputError, clip
 
 _UNITS: dict[str, int] = {
     "": 1,
@@ -37,6 +37,10 @@ class TrafficError(InputError):
     other input error, so the CLI prints it and exits 2."""
 
 
+#: The largest size anything accepts: what a signed 64-bit counter holds.
+MAX_SIZE_BYTES = 2**63 - 1
+
+
 def parse_size(text: str | int, field: str = "size") -> int:
     """A byte count from a user: an int or "4096", "64KiB", "1.5MB" (KiB = 1024, KB = 1000, any case).
 
@@ -47,19 +51,25 @@ def parse_size(text: str | int, field: str = "size") -> int:
         raise TrafficError(f"expected a size, got {text!r}", field=field)
     if isinstance(text, int):
         if text < 0:
-            raise TrafficError(f"must be >= 0, got {text}", field=field)
+            raise TrafficError(f"must be >= 0, got {clip(str(text))}", field=field)
+        if text > MAX_SIZE_BYTES:
+            raise TrafficError(
+                f"at most {MAX_SIZE_BYTES:,} bytes (8 EiB), got {clip(str(text))}", field=field
+            )
         return text
     if not isinstance(text, str):
         raise TrafficError(f"expected a size, got {type(text).__name__}", field=field)
-    match = _SIZE_RE.match(text)
+    match = _SIZE_RE.match(text) if len(text) <= 64 else None  # no 5,000-digit numbers to convert
     unit = match.group(3).lower() if match else ""
     if match is None or unit not in _UNITS:
-        raise TrafficError(f"cannot parse {text!r} ({_SIZE_HINT})", field=field)
+        raise TrafficError(f"cannot parse {clip(repr(text))} ({_SIZE_HINT})", field=field)
     if match.group(1) == "-":
         raise TrafficError(f"must be >= 0, got {text!r}", field=field)
     value = Fraction(match.group(2)) * _UNITS[unit]
     if value.denominator != 1:
         raise TrafficError(f"{text!r} is not a whole number of bytes", field=field)
+    if value > MAX_SIZE_BYTES:
+        raise TrafficError(f"at most {MAX_SIZE_BYTES:,} bytes (8 EiB), got {text!r}", field=field)
     return int(value)
 
 

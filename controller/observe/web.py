@@ -36,10 +36,12 @@ CSP = (
 
 
 def bundle_missing() -> str | None:
-    """Why the page cannot work (its script was not built), or None."""
+    """Why the page cannot work (its script was not built), or None.  Named relative to the checkout: a
+    page served to anyone does not show where the server's files are."""
     if BUNDLE.is_file() and BUNDLE.stat().st_size > 0:
         return None
-    return f"the live view's script {BUNDLE} is not built: run `{BUILD_HINT}`"
+    where = f"controller/observe/page/dist/{BUNDLE.name}"
+    return f"the live view's script ({where}) is not built: run `{BUILD_HINT}`"
 
 
 @dataclass

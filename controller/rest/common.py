@@ -41,6 +41,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from topologies.errors import clip_words
+
 LOG = logging.getLogger("fabriclab.rest")
 API = "/api/v1"
 TOKEN_ENV = "FABRICLAB_API_TOKEN"
@@ -77,7 +79,11 @@ class ErrorBody(BaseModel):
 def error_response(
     status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None
 ) -> JSONResponse:
-    return JSONResponse({"error": message, "field": field}, status_code=status, headers=headers)
+    """Every error answer.  Whatever a message repeats of the request (a 900 KB member name, a 60,000
+    character path segment) is clipped here, once for all: no answer echoes more than `ECHO_CHARS` of any
+    one value."""
+    body = {"error": clip_words(message), "field": clip_words(field) if field is not None else None}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _short(text: str, limit: int = _FIELD_CHARS) -> str:

@@ -43,7 +43,9 @@ from topologies.errors import InputError
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict, like the routing bodies: `{"pkey": true}` is not P_Key 0x0001, `"mtu_limit": "4"` not 4."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class MemberIn(_Body):
@@ -200,6 +202,10 @@ def mount_pkeys(app: FastAPI, service: FabricService, token: str | None) -> None
             pub = snap()
             old = _pkey_or_404(pub, pkey)
             words = [w.strip() for w in members.split(",") if w.strip()]
+            if not words:  # ",,," would record a change that changes nothing
+                raise ApiError(
+                    422, "members: name one or more hosts or port GUIDs (comma-separated)", "members"
+                )
             gone: set[tuple[str | None, int | None]] = set()
             for i, word in enumerate(words):
                 given = {"guid": word} if word.lower().startswith("0x") else {"host": word}

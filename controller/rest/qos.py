@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Query, Request
 
 from controller.qosfile import QosFileError
-from controller.qosstate import QosStore
+from controller.qosstate import QosNotSaved, QosStore
 from controller.rest.common import API, ApiError
 from controller.sm.qos import dscp_to_sl, group_members, match_level, sl_to_dscp
 
@@ -55,6 +55,8 @@ def mount_qos(app: FastAPI, store: QosStore, mutation: list[Any]) -> None:
             return store.replace_data(data, "rest", time.time())
         except QosFileError as exc:
             raise ApiError(422, str(exc), exc.field) from None
+        except QosNotSaved as exc:  # as routing and P_Key changes answer it: nothing changed
+            raise ApiError(500, str(exc), None) from None
 
     @app.get(f"{API}/qos/events")
     def qos_events(since: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[dict[str, Any]]:

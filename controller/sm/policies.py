@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from topologies.errors import InputError
+from topologies.errors import InputError, clip
 
 #: The smallest adaptive interval: below it the controller's own polling would load a 2-core machine.
 MIN_INTERVAL_MS = 10
@@ -163,7 +163,8 @@ class PolicyRegistry:
         cls = self._policies.get(name)
         if cls is None:
             raise PolicyError(
-                f"unknown routing policy {name!r} (available: {', '.join(self.names())})", field="policy"
+                f"unknown routing policy {clip(repr(name))} (available: {', '.join(self.names())})",
+                field="policy",
             )
         return cls(params)
 
@@ -173,10 +174,11 @@ class PolicyRegistry:
         seen: set[str] = set()
         for name in names:
             if not name:
-                raise PolicyError(f"empty policy name in {text!r}", field=field)
+                raise PolicyError(f"empty policy name in {clip(repr(text))}", field=field)
             if name not in self._policies:
                 raise PolicyError(
-                    f"unknown routing policy {name!r} (available: {', '.join(self.names())})", field=field
+                    f"unknown routing policy {clip(repr(name))} (available: {', '.join(self.names())})",
+                    field=field,
                 )
             if name in seen:
                 raise PolicyError(f"policy {name!r} listed twice", field=field)

@@ -8,8 +8,9 @@ only with --debug.  A routing that fails verification exits 1.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from controller.sm.engines.base import UnknownEngine
 from fabriclab.cli import emulate as emulate_cmd
@@ -51,9 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None, early_stop: Callable[[], bool] | None = None) -> int:
+    """Parse, then run the command.  `early_stop` says whether a stop signal arrived while the program was
+    still starting (`fabriclab.launch`): then nothing runs and the exit code is 130.  From here on SIGTERM
+    ends a command as Ctrl-C does (its `finally` blocks run: no temporary left); the emulator's commands
+    install their own handling (`emulation.lifecycle`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if early_stop is not None:
+        if early_stop():
+            print("fabriclab: stopped before it started: nothing was done", file=sys.stderr)
+            return 130
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         result: int = args.handler(args)
         return result
@@ -65,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `fabriclab ... | head`
         return 0
     except KeyboardInterrupt:
+        print("fabriclab: stopped", file=sys.stderr)
         return 130
 
 

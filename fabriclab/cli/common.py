@@ -13,11 +13,12 @@ import secrets
 import socket
 import stat
 import sys
+import tempfile
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from topologies.errors import TopologyError, read_input_bytes
+from topologies.errors import SEED_MAX, TopologyError, clip_words, read_input_bytes
 from topologies.ibnet import load_ibnet
 from topologies.loader import load_topology
 from topologies.model import Fabric
@@ -34,6 +35,7 @@ class OneLineParser(argparse.ArgumentParser):
     itself is one `--help` away."""
 
     def error(self, message: str) -> typing.NoReturn:
+        message = clip_words(message)  # argparse repeats the bad value: a 5,000-digit one stays short here
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -65,6 +67,10 @@ def integer(low: int, high: int, *, base: int = 10, show: Callable[[int], str] =
         return value
 
     return parse
+
+
+#: argparse type of every `--seed`.
+SEED = integer(0, SEED_MAX)
 
 
 def endpoint(text: str, option: str) -> tuple[str, int]:
@@ -140,6 +146,20 @@ def write_text(text: str, output: str | Path | None, option: str = "-o/--output"
         return
     with output_file(output, option) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def check_output_file(output: str | Path, option: str = "-o/--output") -> None:
+    """Before the work: `output` can become a file (not a folder; its folder exists or can be made)."""
+    path = Path(output)
+    if path.is_dir():
+        raise CliError(f"{option}: {output} is a directory; give a file name")
+    parent = next((p for p in Path(os.path.abspath(path)).parents if p.exists()), Path("/"))
+    if not parent.is_dir():
+        raise CliError(f"{option}: cannot write {output}: {parent} is not a directory")
+    try:  # files can be made there (not read-only, not /proc)
+        os.rmdir(tempfile.mkdtemp(prefix=".fabriclab-probe.", dir=parent))
+    except OSError as exc:
+        raise CliError(f"{option}: cannot write {output}: {exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager

@@ -31,13 +31,23 @@ from emulation.lifecycle import Stopped, stop_on_signals
 from emulation.mnfabric import EmulationError, MininetFabric, Scale, mininet_available
 from emulation.ovs import OvsDaemon
 from emulation.runner import capacity_warnings, run_scenario
-from emulation.scenario import ScenarioError, emulator_refuses, load_scenario
+from emulation.scenario import Scenario, ScenarioError, emulator_refuses, load_scenario
 from emulation.session import UpOptions, run_up
 from emulation.shards import CABLES, CROSSINGS, uses_patch
 from emulation.shards import plan as shard_plan
-from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, integer, load_fabric
+from fabriclab.cli import results
+from fabriclab.cli.common import (
+    CliError,
+    check_bindable,
+    check_distinct,
+    check_output_file,
+    endpoint,
+    integer,
+    load_fabric,
+)
 from fabriclab.cli.policy import add_policy_options, choose, option_error, policy_argv, policy_overrides
 from fabriclab.cli.progress import console_progress
+from fabriclab.cli.results import FORCE_HELP
 from fabriclab.cli.sim import scenario_reference
 from flowsim.policies import SIMULATED_ONLY
 
@@ -152,7 +162,9 @@ def register(commands: Any) -> None:
     check.set_defaults(handler=scenario_check)
     run = ssub.add_parser("run", help="run a scenario headless and write a results folder")
     run.add_argument("file", type=Path)
-    run.add_argument("-o", "--output", type=Path, default=Path("results"), help="results folder")
+    run.add_argument("-o", "--output", type=Path, help="results folder: new, empty or an earlier `scenario "
+                     "run` result, which is replaced (default results/NAME)")  # fmt: skip
+    run.add_argument("--force", action="store_true", help=FORCE_HELP)
     run.add_argument("--shards", type=integer(1, 64), default=1, metavar="N",
                      help="switches on N ovs-vswitchd instances (docs/sharding.md)")  # fmt: skip
     run.add_argument("--crossing", choices=CROSSINGS, default="veth",
@@ -166,7 +178,11 @@ def register(commands: Any) -> None:
     compare.add_argument(
         "--policies", default="static,ecmp,spray,adaptive", help="comma-separated (default: all four)"
     )
-    compare.add_argument("-o", "--output", type=Path, default=Path("results/compare"), help="results folder")
+    compare.add_argument("-o", "--output", type=Path, help="results folder: new, empty or an earlier "
+                         "`compare` result, which is replaced (default results/NAME-compare)")  # fmt: skip
+    compare.add_argument(
+        "--force", action="store_true", help="replace -o even if it is a folder of other things"
+    )
     compare.add_argument(
         "--capacity",
         type=Path,
@@ -192,9 +208,10 @@ def _prerequisites() -> OvsDaemon:
 def _emulated(work: Callable[[], T], not_ready: str) -> T | None:
     """Run `work` with Open vSwitch started if it was not (and stopped again after), SIGTERM and Ctrl-C
     turned into a clean stop: its result, or None when it was stopped (the caller exits 130)."""
-    daemon = _prerequisites()
-    stop_on_signals()
+    stop_on_signals()  # first: a signal from here on stops cleanly, OVS included
+    daemon: OvsDaemon | None = None
     try:
+        daemon = _prerequisites()
         return work()
     except WaitTimeout as exc:
         raise CliError(f"{not_ready}: {exc}") from None
@@ -202,7 +219,8 @@ def _emulated(work: Callable[[], T], not_ready: str) -> T | None:
         print("stopped: the fabric and controller were torn down", file=sys.stderr)
         return None
     finally:
-        daemon.stop_if_started()
+        if daemon is not None:
+            daemon.stop_if_started()
 
 
 def scenario_check(args: argparse.Namespace) -> int:
@@ -229,20 +247,21 @@ def scenario_run(args: argparse.Namespace) -> int:
             raise CliError(f"--shards: {exc}") from None
     elif args.crossing != "veth":
         raise CliError("--crossing: only with --shards 2 or more")
-    try:  # a results folder that cannot be written fails now, not after the whole run
-        args.output.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(f"-o/--output: cannot create results folder {args.output}: {exc.strerror}") from None
+    output = args.output or _default_output(scenario)
+    results.check(output, "scenario run", args.force)  # a folder that cannot be written fails now
     capacity = calibration.load(scenario.fabric.name)
     for warning in capacity_warnings(scenario, capacity):
         print(f"warning: {warning}", file=sys.stderr)
 
     def run() -> dict[str, Any]:
-        with console_progress() as progress:
-            return run_scenario(scenario, args.output, progress, capacity, shards=args.shards,
+        with (
+            results.results_dir(output, "scenario run", args.force, on_failure=_show_logs) as folder,
+            console_progress() as progress,
+        ):
+            return run_scenario(scenario, folder, progress, capacity, shards=args.shards,
                                 crossing=args.crossing)  # fmt: skip
 
-    summary = _emulated(run, f"controller not ready (see controller.log under {args.output})")
+    summary = _emulated(run, "controller not ready (its log is above)")
     if summary is None:
         return 130
     for rep in summary["repetitions"]:
@@ -254,8 +273,25 @@ def scenario_run(args: argparse.Namespace) -> int:
             f"{sum(1 for e in rep['events'] if e['kind'].startswith('port_'))} reroutes"
             + (f"; EMULATOR OVERLOADED: {rep['headroom']['why']}" if rep["headroom"]["why"] else "")
         )
-    print(f"results: {args.output}/summary.json, {args.output}/report.md, {args.output}/report.html")
+    print(f"results: {output}/summary.json, {output}/report.md, {output}/report.html")
     return 0
+
+
+def _default_output(scenario: Scenario, suffix: str = "") -> Path:
+    """results/NAME: one folder per scenario, so running another scenario never meets the last one's."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", scenario.spec.name).strip("._") or "scenario"
+    return Path("results") / f"{name[:100]}{suffix}"
+
+
+def _show_logs(folder: Path) -> None:
+    """A failed run's results folder is removed: its controller logs' last lines go to stderr first."""
+    for log in sorted(folder.rglob("controller.log"))[:4]:
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-15:]
+        except OSError:
+            continue
+        print(f"--- last lines of {log.relative_to(folder)} ---", file=sys.stderr)
+        print("\n".join(lines), file=sys.stderr)
 
 
 def emulate_calibrate(args: argparse.Namespace) -> int:
@@ -269,12 +305,7 @@ def emulate_calibrate(args: argparse.Namespace) -> int:
     except (ValueError, EmulationError) as exc:
         raise CliError(f"--scale: {exc}") from None
     output = args.output or calibration.default_path(fabric.name)
-    if output.is_dir():
-        raise CliError(f"--output: {output} is a directory")
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(f"--output: cannot create {output.parent}: {exc.strerror or exc}") from None
+    check_output_file(output, "--output")  # before a minute of measuring, not after
 
     def run() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="fabriclab-calibrate-") as work:
@@ -305,6 +336,8 @@ def compare_policies(args: argparse.Namespace) -> int:
     from emulation.compare import run_compare  # noqa: PLC0415 - matplotlib and Mininet only when running
 
     scenario = load_scenario(args.file)
+    output = args.output or _default_output(scenario, "-compare")
+    results.check(output, "compare", args.force)
     only_sim = [p.strip() for p in args.policies.split(",") if p.strip() in SIMULATED_ONLY]
     if only_sim:
         raise CliError(
@@ -328,10 +361,13 @@ def compare_policies(args: argparse.Namespace) -> int:
     reference = scenario_reference(scenario)
 
     def run() -> dict[str, Any]:
-        with console_progress() as progress:
-            return run_compare(scenario, policies, args.output, progress, capacity, reference)
+        with (
+            results.results_dir(output, "compare", args.force, on_failure=_show_logs) as folder,
+            console_progress() as progress,
+        ):
+            return run_compare(scenario, policies, folder, progress, capacity, reference)
 
-    summary = _emulated(run, f"controller not ready (see controller.log under {args.output})")
+    summary = _emulated(run, "controller not ready (its log is above)")
     if summary is None:
         return 130
     for policy, f in summary["policies"].items():
@@ -342,7 +378,7 @@ def compare_policies(args: argparse.Namespace) -> int:
             f"{f['max_link_util']}, lost {f['lost_packets']}, reordered {f['reordered_packets']}"
             + (" (EMULATOR OVERLOADED)" if f["emulator_overloaded"] else "")
         )
-    print(f"results: {args.output}/summary.json, {args.output}/report.md, {args.output}/report.html")
+    print(f"results: {output}/summary.json, {output}/report.md, {output}/report.html")
     return 0
 
 
@@ -481,9 +517,10 @@ def emulate_up(args: argparse.Namespace) -> int:
         crossing=args.crossing,
         shard_cables=args.shard_cables,
     )
-    daemon = _prerequisites()
-    stop_on_signals()
+    stop_on_signals()  # first: a signal from here on stops cleanly, OVS included
+    daemon: OvsDaemon | None = None
     try:
+        daemon = _prerequisites()
         run_up(fabric, options, lambda line: print(line, flush=True))
     except EmulationError as exc:
         raise CliError(str(exc)) from None
@@ -495,7 +532,8 @@ def emulate_up(args: argparse.Namespace) -> int:
     except Stopped:
         print("stopped: torn down")
     finally:
-        daemon.stop_if_started()
+        if daemon is not None:
+            daemon.stop_if_started()
     return 0
 
 

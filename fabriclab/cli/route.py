@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +17,8 @@ from controller.sm.report import build_report, render_report
 from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
 from controller.sm.verify import verify
-from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli import results
+from fabriclab.cli.common import SEED, CliError, load_fabric
 from topologies.faults import degrade
 from topologies.model import Fabric
 
@@ -52,8 +50,10 @@ def register(commands: Any) -> None:
     route.add_argument("--json", action="store_true", help="print the report as JSON")
     route.add_argument(
         "--dump-dir",
-        help="write opensm-lfts.dump, opensm-subnet.lst, opensm-ftree-ca-order.dump and report.json here",
+        help="write opensm-lfts.dump, opensm-subnet.lst, opensm-ftree-ca-order.dump and report.json into "
+        "this folder (new, empty or an earlier --dump-dir, which is replaced)",
     )
+    route.add_argument("--force", action="store_true", help=results.FORCE_HELP.replace("-o", "--dump-dir"))
     route.add_argument(
         "--vls", type=int, default=1, help="virtual lanes available for deadlock freedom (default 1)"
     )
@@ -71,7 +71,7 @@ def register(commands: Any) -> None:
     route.add_argument(
         "--fail-switches", type=int, default=0, help="fail this many random switches without hosts first"
     )
-    route.add_argument("--seed", type=int, default=0, help="seed for --fail-* (default 0)")
+    route.add_argument("--seed", type=SEED, default=0, help="seed for --fail-* (default 0)")
     route.add_argument(
         "--sm-node", help="node marked as running the SM in opensm-subnet.lst (default: lowest-LID host)"
     )
@@ -117,25 +117,6 @@ def _balance(tables: RoutingTables, max_shifts: int | None) -> dict[str, Any]:
     return summary
 
 
-def _write_dumps(dump_dir: Path, files: dict[str, str]) -> None:
-    """All files or none: written into a scratch directory beside them, then moved into place (a new
-    directory is renamed whole), so a failure part-way leaves nothing half-written."""
-    parent = dump_dir.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{dump_dir.name}.", dir=parent))
-    try:
-        for name, text in files.items():
-            (scratch / name).write_text(text, encoding="utf-8")
-        if not dump_dir.exists():
-            scratch.rename(dump_dir)
-            return
-        for name in files:
-            (scratch / name).replace(dump_dir / name)
-    finally:
-        if scratch.exists():
-            shutil.rmtree(scratch, ignore_errors=True)
-
-
 def cmd_route(args: argparse.Namespace) -> int:
     registry = default_registry()
     registry.create(args.engine)
@@ -164,12 +145,8 @@ def cmd_route(args: argparse.Namespace) -> int:
             "seed": args.seed,
         }
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
-    if dump_dir is not None and dump_dir.exists() and not dump_dir.is_dir():
-        raise CliError(f"--dump-dir: {dump_dir} exists and is not a directory")
     if dump_dir is not None:  # fail before routing, not after; nothing is created until the dumps are
-        existing = next(p for p in (dump_dir, *dump_dir.parents) if p.exists())
-        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            raise CliError(f"--dump-dir: cannot create {dump_dir}: {existing} is not a writable directory")
+        results.check(dump_dir, "route", args.force, "--dump-dir")
 
     subnet = Subnet.build(fabric)
     engine, fallback = select_engine(registry, args.engine, subnet, args.fallback)
@@ -189,16 +166,16 @@ def cmd_route(args: argparse.Namespace) -> int:
     report = build_report(tables, verification, figures, route_s, extra)
 
     if dump_dir is not None:
-        try:
-            _write_dumps(
-                dump_dir,
-                {
-                    "opensm-lfts.dump": format_lfts(tables),
-                    "opensm-subnet.lst": format_subnet_lst(subnet, args.sm_node),
-                    "opensm-ftree-ca-order.dump": format_ca_order(subnet),
-                    "report.json": json.dumps(report, indent=2) + "\n",
-                },
-            )
+        dumps = {
+            "opensm-lfts.dump": format_lfts(tables),
+            "opensm-subnet.lst": format_subnet_lst(subnet, args.sm_node),
+            "opensm-ftree-ca-order.dump": format_ca_order(subnet),
+            "report.json": json.dumps(report, indent=2) + "\n",
+        }
+        try:  # all files or none: a new folder renamed into place (an earlier `route` dump is replaced)
+            with results.results_dir(dump_dir, "route", args.force, "--dump-dir") as folder:
+                for name, text in dumps.items():
+                    (folder / name).write_text(text, encoding="utf-8")
         except OSError as exc:
             raise CliError(f"--dump-dir: cannot write {dump_dir}: {exc.strerror or exc}") from None
     if args.json:

@@ -94,6 +94,10 @@ def register(commands: Any) -> None:
     p.set_defaults(handler=run)
 
 
+#: The whole shutdown after SIGTERM/SIGINT, at most (the worker may be in a seconds-long k=16 recompute).
+SHUTDOWN_S = 4.0
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("os_ken", "uvicorn.access"):
@@ -169,11 +173,14 @@ def run(args: argparse.Namespace) -> int:
         if problem is not None:
             raise option_error(problem)
     check_bindable(listeners)
-    from controller.qosstate import QosStore  # noqa: PLC0415
+    from controller.qosstate import QosNotSaved, QosStore  # noqa: PLC0415
 
-    qos = QosStore(fabric, args.state_dir)
-    if qos_policy is not None and qos_policy != qos.snapshot().policy:
-        qos.replace(qos_policy, f"file {args.qos}", time.time())
+    try:  # qos.json is held to the rules of controller-state.json (`controller.statefile`)
+        qos = QosStore(fabric, args.state_dir)
+        if qos_policy is not None and qos_policy != qos.snapshot().policy:
+            qos.replace(qos_policy, f"file {args.qos}", time.time())
+    except (StateError, QosNotSaved) as exc:
+        raise CliError(f"--state-dir: {exc}") from None
     extra_hosts = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
     observability = Observability.for_service(service.snapshot, scale, token_required=token is not None)
     app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts), observability, qos)
@@ -219,11 +226,16 @@ def run(args: argparse.Namespace) -> int:
             LOG.error("REST server stopped unexpectedly")
             break
     LOG.info("shutting down")
+    deadline = time.monotonic() + SHUTDOWN_S  # Docker's grace is 10 s: well inside it, whatever runs
+
+    def left(reserve_s: float = 0.0) -> float:
+        return max(0.2, deadline - reserve_s - time.monotonic())
+
     runtime.stop()
-    service.stop()
-    observer.stop()
-    rest.stop()
-    LOG.info("stopped")
+    service.stop(left(reserve_s=1.0))  # waiting operators answered at once; no save half-done after it
+    observer.stop(min(1.0, left(reserve_s=0.5)))
+    rest.stop(left())
+    LOG.info("stopped in %.1f s", SHUTDOWN_S - (deadline - time.monotonic()))
     return 0 if stop.is_set() else 1
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from typing import Any
 from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyParams
 from emulation.scenario import Scenario, load_scenario
-from fabriclab.cli.common import CliError, load_fabric
+from fabriclab.cli import results
+from fabriclab.cli.common import SEED, CliError, load_fabric
 from fabriclab.cli.progress import console_progress
 from flowsim.engine import SimConfig
 from flowsim.metrics import FIELDS
@@ -30,7 +32,7 @@ from flowsim.policies import sim_policies
 from flowsim.report import write_report
 from flowsim.run import reference_run, simulate
 from flowsim.scenario import workload_of
-from flowsim.sweep import load_sweep, run_dask, run_local, write_sweep
+from flowsim.sweep import SweepError, load_sweep, run_dask, run_local, sweep_digest, write_sweep
 from flowsim.workload import ADHOC, adhoc
 from traffic.errors import TrafficError, parse_hosts, parse_size
 
@@ -48,7 +50,7 @@ def register(commands: Any) -> None:
     sim.add_argument("--traffic", help=f"ad hoc workload: {' | '.join(ADHOC)}")
     sim.add_argument("--size", default="64MiB", help="ad hoc: bytes per flow / per rank (default 64MiB)")
     sim.add_argument("--hosts", help="ad hoc: hosts taking part, e.g. h1..h256 (default: all)")
-    sim.add_argument("--seed", type=int, help="seed (ECMP hash, permutations); default: the scenario's or 0")
+    sim.add_argument("--seed", type=SEED, help="seed (ECMP hash, permutations); default: the scenario's or 0")
     sim.add_argument(
         "--policies",
         help=f"comma-separated, from {ALL_POLICIES} (default: the scenario's policy; ad hoc: all)",
@@ -77,12 +79,26 @@ def register(commands: Any) -> None:
         help="simulate a scenario at its topology's real link speeds instead of its `scale` (not "
         "comparable with the emulator then)",
     )
-    sim.add_argument("-o", "--output", type=Path, required=True, help="results folder")
+    sim.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        help="results folder (new, empty or an earlier `sim` result, which is replaced)",
+    )
+    sim.add_argument("--force", action="store_true", help=results.FORCE_HELP)
     sim.set_defaults(handler=run_sim)
 
     sweep = commands.add_parser("sweep", help="run a grid of simulations (policy x workload x fabric x seed)")
     sweep.add_argument("file", type=Path, help="sweep file (YAML)")
-    sweep.add_argument("-o", "--output", type=Path, required=True, help="results folder")
+    sweep.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        help="results folder (new, empty or an earlier `sweep` result, which is replaced or resumed)",
+    )
+    sweep.add_argument("--force", action="store_true", help=results.FORCE_HELP)
     sweep.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://127.0.0.1:8786")
     sweep.add_argument("--dask-timeout", type=float, default=10.0, help="seconds to wait for the scheduler")
     sweep.add_argument("--workers", type=int, help="local processes (default: one per core)")
@@ -99,6 +115,7 @@ def _params(args: argparse.Namespace, base: PolicyParams) -> PolicyParams:
 
 
 def run_sim(args: argparse.Namespace) -> int:
+    results.check(args.output, "sim", args.force)  # before any work
     registry = sim_policies()
     if (args.scenario is None) == (args.topology is None):
         raise CliError("give a scenario file or --topology with --traffic (not both)")
@@ -110,7 +127,7 @@ def run_sim(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario)
         c = scenario.spec.controller
         base = PolicyParams(c.interval_ms, c.threshold, c.hysteresis)
-        policies = registry.parse_list(args.policies or c.policy)
+        policies = registry.parse_list(c.policy if args.policies is None else args.policies)
         engine = args.engine or c.engine
         seed = args.seed if args.seed is not None else scenario.spec.seed
         network = Network.build(scenario.fabric, None if args.real_speed else scenario.scale)
@@ -119,7 +136,7 @@ def run_sim(args: argparse.Namespace) -> int:
     else:
         if not args.traffic:
             raise CliError(f"--traffic: needed with --topology ({' | '.join(ADHOC)})")
-        policies = registry.parse_list(args.policies or ALL_POLICIES)
+        policies = registry.parse_list(ALL_POLICIES if args.policies is None else args.policies)
         base, engine, seed = PolicyParams(), args.engine or "ftree", args.seed or 0
         network = Network.build(load_fabric(str(args.topology)))
         try:
@@ -141,7 +158,8 @@ def run_sim(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with console_progress() as show:
         outcome = simulate(network, workload, policies, config, show, scenario=name)
-    summary = write_report(outcome, args.output, emulation)
+    with results.results_dir(args.output, "sim", args.force) as folder:
+        summary = write_report(outcome, folder, emulation)
     print(f"{network.fabric.summary()}; {workload.label}; links {network.link_speeds}; "
           f"{time.perf_counter() - started:.1f} s")  # fmt: skip
     for policy, row in summary["policies"].items():
@@ -184,26 +202,72 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise CliError(f"--max-points: must be >= 1, not {args.max_points}")
     if args.workers is not None and args.workers < 1:
         raise CliError(f"--workers: must be >= 1, not {args.workers}")
+    if not 0.5 <= args.dask_timeout <= 3600:
+        raise CliError(f"--dask-timeout: 0.5..3600 seconds, not {args.dask_timeout:g}")
+    results.check(args.output, "sweep", args.force)
     sweep = load_sweep(args.file, args.max_points)
+    digest = sweep_digest(sweep)
+    done = _resumable(args.output, digest)
+    resumed = len(done)
+    if resumed:
+        print(f"resuming: {resumed} of {len(sweep.tasks)} units finished earlier (kept in {args.output})")
     started = time.perf_counter()
-    with console_progress() as show:
+    try:
+        with console_progress() as show:
 
-        def tick(done: int, total: int, where: str) -> None:
-            show(done / total, f"sweep: {done}/{total} units on {where}")
+            def tick(finished: int, total: int, where: str) -> None:
+                show(finished / total, f"sweep: {finished}/{total} units on {where}")
 
-        if args.dask:
-            rows = run_dask(sweep, args.dask, tick, args.dask_timeout)
-            executor = f"dask {args.dask}"
-        else:
-            rows = run_local(sweep, args.workers, tick)
-            executor = "local processes"
-    write_sweep(sweep, rows, args.output, executor)
+            if args.dask:
+                rows = run_dask(sweep, args.dask, tick, args.dask_timeout, done)
+                executor = f"dask {args.dask}"
+            else:
+                rows = run_local(sweep, args.workers, tick, done)
+                executor = "local processes"
+    except BaseException as exc:
+        if len(done) > resumed:  # keep what finished: a rerun of the same command resumes from it
+            _keep_partial(args, digest, done)
+            note = f"they are kept in {args.output}: the same command resumes"
+            if isinstance(exc, SweepError):
+                raise SweepError(f"{exc.message}; {note}", field=exc.field) from None
+            print(f"fabriclab: {note}", file=sys.stderr)
+        raise
+    with results.results_dir(args.output, "sweep", args.force, meta={"sweep": digest}) as folder:
+        write_sweep(sweep, rows, folder, executor)
     print(
         f"{sweep.points} points ({len(sweep.tasks)} units) on {executor} "
-        f"in {time.perf_counter() - started:.1f} s"
+        f"in {time.perf_counter() - started:.1f} s" + (f", {resumed} units resumed" if resumed else "")
     )
     print(f"results: {args.output}/results.json, {args.output}/results.csv, {args.output}/report.md")
     return 0
+
+
+#: The file of an unfinished sweep's finished units (one JSON object per line: {"task": i, "rows": [...]}).
+PARTIAL = "partial.jsonl"
+
+
+def _resumable(output: Path, digest: str) -> dict[int, list[dict[str, Any]]]:
+    """Finished units of an earlier, interrupted run of the same grid into `output` ({} if none)."""
+    note = results.marker(output)
+    if note.get("command") != "sweep" or note.get("sweep") != digest or not note.get("partial"):
+        return {}
+    done: dict[int, list[dict[str, Any]]] = {}
+    try:
+        with (output / PARTIAL).open(encoding="utf-8") as handle:
+            for line in handle:
+                unit = json.loads(line)
+                done[int(unit["task"])] = list(unit["rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}  # damaged: run everything again (the folder is replaced at the end)
+    return done
+
+
+def _keep_partial(args: argparse.Namespace, digest: str, done: dict[int, list[dict[str, Any]]]) -> None:
+    meta = {"sweep": digest, "partial": True}
+    with results.results_dir(args.output, "sweep", args.force, meta=meta) as folder:
+        (folder / PARTIAL).write_text(
+            "".join(json.dumps({"task": task, "rows": rows}) + "\n" for task, rows in sorted(done.items()))
+        )
 
 
 __all__ = ["register"]

@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from fabriclab.cli.common import CliError, load_fabric, real, write_text
+from fabriclab.cli.common import SEED, CliError, load_fabric, real, write_text
 from topologies.checks import check_fabric
 from topologies.errors import TopologyError
 from topologies.generators import generate
@@ -52,7 +52,7 @@ def register(commands: Any) -> None:
     rr = kinds.add_parser("random-regular", help="random regular graph of switches (seeded)")
     rr.add_argument("--switches", type=int, required=True)
     rr.add_argument("--degree", type=int, required=True, help="switch-to-switch links per switch")
-    rr.add_argument("--seed", type=int, default=0)
+    rr.add_argument("--seed", type=SEED, default=0)
     for p in (torus, fly, rr):
         p.add_argument("--hosts-per-switch", type=int, default=1)
     for p in (ft, osm, ls, rail, torus, fly, rr):

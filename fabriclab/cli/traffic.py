@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.sm.manager import SubnetManager
-from fabriclab.cli.common import CliError, integer, load_fabric, output_file
+from fabriclab.cli.common import SEED, CliError, integer, load_fabric, output_file
 from traffic.errors import TrafficError, parse_hosts, parse_size
 from traffic.kvcache import KvMessage, kv_transfer, model_shape, summary
 from traffic.patterns import Plan, bus_factor, hotspot, incast, permutation, plan
@@ -65,7 +65,7 @@ def register(commands: Any) -> None:
         p.add_argument("--requests", type=int, default=1)
         p.add_argument("--rate", type=float, default=0.0, help="request arrivals per second (Poisson)")
         p.add_argument("--layer-time-us", type=float, default=0.0)
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--seed", type=SEED, default=0)
         p.add_argument("--to", help="(incast) the receiving host; (hotspot) the hot host")
         p.add_argument("--fraction", type=float, default=0.5, help="(hotspot) share of flows to the hot host")
         p.add_argument("--topology", type=Path, default=DEFAULT_TOPOLOGY)

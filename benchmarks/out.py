@@ -1,0 +1,45 @@
+"""Where a benchmark writes its JSON (`--out FILE`): checked before the benchmark runs (minutes of work must
+not end in "is a directory"), written whole at the end (a new file renamed over the old one: an interrupted
+run leaves the previous figures, never half a file).  The file is replaced: results files are what the
+benchmarks write; a folder, or a file in a folder that cannot be created, is refused with exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+
+def out_file(text: str) -> Path:
+    """argparse type of `--out`: a file that can be written (its folder may not exist yet)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name")
+    if path.exists() and not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a regular file")
+    parent = next((p for p in Path(os.path.abspath(path)).parents if p.exists()), Path("/"))
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot create {text}: {parent} is not a folder")
+    try:  # can files be made there at all (read-only, /proc)?
+        os.rmdir(tempfile.mkdtemp(prefix=".bench-probe.", dir=parent))
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {exc.strerror or exc}") from None
+    return path
+
+
+def write_out(path: Path, text: str) -> None:
+    """`text` into `path`, whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_text(text if text.endswith("\n") else text + "\n")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+__all__ = ["out_file", "write_out"]
