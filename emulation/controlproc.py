@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.rest.client import ControllerClient, WaitTimeout, wait_for
+from emulation.priority import raise_priority
 
 
 def free_port() -> int:
@@ -32,8 +33,10 @@ def _child_setup(parent: int) -> None:
     """In the child, before exec: its own process group, so that a terminal's Ctrl-C (sent to the whole
     foreground group) reaches only the parent, which then stops the controller in order (it is still
     needed while the fabric is torn down); and SIGTERM from the kernel when the parent dies — even by
-    SIGKILL — so a controller never outlives the run that started it."""
-    os.setpgid(0, 0)
+    SIGKILL — so a controller never outlives the run that started it.  It runs at the emulator's priority
+    (`emulation.priority`)."""
+    os.setsid()  # its own session (so its own process group), which `raise_priority` can lift alone
+    raise_priority()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before prctl: nobody would send the signal

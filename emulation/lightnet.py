@@ -27,6 +27,7 @@ from typing import Any
 
 from emulation import ovsdb
 from emulation.hostconf import HostIntf, configure_hosts
+from emulation.priority import prioritised
 
 #: Parallel `ip -batch` processes configuring hosts (the machine has 2 cores; ovs-vswitchd takes one).
 HOST_CONFIG_PROCESSES = 3
@@ -78,7 +79,7 @@ class LightHost:
         return done.stdout + done.stderr
 
     def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
-        return subprocess.Popen(self.argv(argv), **kwargs)
+        return subprocess.Popen(self.argv(prioritised(argv)), **kwargs)
 
 
 def host_script(lines: Iterable[str]) -> str:

@@ -37,6 +37,7 @@ from emulation.headroom import HostNs
 from emulation.hostconf import HostConfigError, HostIntf
 from emulation.mesh import Endpoint
 from emulation.metrics import SwitchDaemon
+from emulation.priority import prioritised
 from emulation.shards import SHARD_DIR, kill_leftover_daemons
 from topologies.model import Fabric
 from topologies.scale import Scale
@@ -550,7 +551,7 @@ class MininetFabric:
         return result
 
     def popen(self, host: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
-        proc: subprocess.Popen[Any] = self.node(host).popen(argv, **kwargs)
+        proc: subprocess.Popen[Any] = self.node(host).popen(prioritised(argv), **kwargs)
         return proc
 
 

@@ -37,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from controller.sm.addressing import IPV4_PREFIX_LEN
+from emulation.priority import prioritise_ovs, prioritised
 from topologies.model import Fabric
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
@@ -78,8 +79,10 @@ class OvsDaemon:
         self.started = False
 
     def ensure_running(self, timeout_s: float = 20.0) -> bool:
-        """Make sure ovsdb-server and ovs-vswitchd answer; True if this call had to start them."""
+        """Make sure ovsdb-server and ovs-vswitchd answer, at the priority ovs-ctl means them to have
+        (`emulation.priority`); True if this call had to start them."""
         if ovs_running():
+            prioritise_ovs()
             return False
         _run([OVS_CTL, "--system-id=random", "start"], check=False)
         deadline = time.monotonic() + timeout_s
@@ -87,6 +90,7 @@ class OvsDaemon:
             if time.monotonic() > deadline:
                 raise RuntimeError("Open vSwitch did not start (see /var/log/openvswitch/)")
             time.sleep(0.1)
+        prioritise_ovs()
         self.started = True
         return True
 
@@ -431,7 +435,7 @@ class OvsFabric:
 
     def popen(self, host: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """`subprocess.Popen` inside the host's namespace."""
-        return subprocess.Popen(self._exec(host, argv), **kwargs)
+        return subprocess.Popen(self._exec(host, prioritised(argv)), **kwargs)
 
     def ping_all(
         self, pairs: Iterable[tuple[str, str]], timeout_s: float = 2.0, parallel: int = 64

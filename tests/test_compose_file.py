@@ -12,7 +12,7 @@ import yaml
 
 from tests.conftest import ROOT
 
-EMULATION_CAPS = {"NET_ADMIN", "SYS_ADMIN", "NET_RAW"}
+EMULATION_CAPS = {"NET_ADMIN", "SYS_ADMIN", "NET_RAW", "SYS_NICE"}  # SYS_NICE: emulation/priority.py
 
 
 @pytest.fixture(scope="module")
