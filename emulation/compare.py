@@ -161,8 +161,34 @@ def figures(
         "lost_packets": lost,
         "emulator_overloaded": any(h["emulator_overloaded"] for h in headroom) if headroom else None,
         "headroom": headroom,
+        "cc": cc_figures(reps),
     }
     return result
+
+
+def cc_figures(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Congestion control over all repetitions: CNPs, cuts, marked fractions (at the receivers and at the
+    switches), the deepest marked queue, and how many ports marked."""
+    parts = [rep.get("cc") or {"cc": "none"} for rep in reps]
+    if not parts or parts[0].get("cc") != "dcqcn":
+        return {"cc": "none"}
+    total = {k: sum(int(p.get(k, 0)) for p in parts) for k in ("cnps_sent", "cnps_received", "rate_cuts",
+                                                                 "ce_received", "data_received")}  # fmt: skip
+    marks = [p.get("marking") or {} for p in parts]
+    ect = sum(int(m.get("ect_packets", 0)) for m in marks)
+    switch_marked = sum(int(m.get("marked", 0)) for m in marks)
+    return {
+        "cc": "dcqcn",
+        **total,
+        "marked_fraction": round(total["ce_received"] / total["data_received"], 6)
+        if total["data_received"]
+        else None,
+        "switch_marked": switch_marked,
+        "switch_marked_fraction": round(switch_marked / ect, 6) if ect else None,
+        "peak_queue_bytes": max((int(m.get("peak_queue_bytes", 0)) for m in marks), default=0),
+        "ports_with_marks": max((int(m.get("ports_with_marks", 0)) for m in marks), default=0),
+        "marking_ports": max((int(m.get("marking_ports", 0)) for m in marks), default=0),
+    }
 
 
 def _job_figures(
@@ -218,6 +244,7 @@ def run_compare(
         "seed": scenario.spec.seed,
         "scale": scenario.spec.scale,
         "duration_s": scenario.spec.duration_s,
+        "cc": scenario.spec.cc,
         "repetitions": scenario.spec.repetitions,
         "engine": scenario.spec.controller.engine,
         "reference": reference,
@@ -232,4 +259,4 @@ def run_compare(
     return summary
 
 
-__all__ = ["figures", "run_compare"]
+__all__ = ["cc_figures", "figures", "run_compare"]

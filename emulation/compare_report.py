@@ -242,6 +242,7 @@ def _blocks(summary: dict[str, Any], plots: list[str]) -> list[Block]:
             ],
         ),
     ]
+    blocks += _cc_blocks(figures)
     flows = {p: f["goodput_mbps"]["per_flow"] for p, f in figures.items()}
     names = list(next(iter(flows.values()), {}))
     if names and len(names) <= 48:
@@ -252,6 +253,41 @@ def _blocks(summary: dict[str, Any], plots: list[str]) -> list[Block]:
     blocks.append(("h2", "Plots"))
     blocks += [("img", name) for name in plots]
     return blocks
+
+
+def _cc_blocks(figures: dict[str, dict[str, Any]]) -> list[Block]:
+    """Congestion control (`cc: dcqcn`): CNPs, cuts, how much was marked, and the deepest marked queue."""
+    cc = {p: f.get("cc") or {} for p, f in figures.items()}
+    if not any(c.get("cc") == "dcqcn" for c in cc.values()):
+        return []
+    head = [
+        "policy",
+        "CNPs sent",
+        "CNPs received",
+        "rate cuts",
+        "marked at receivers",
+        "marked at switches",
+        "ports that marked",
+        "peak marked queue (bytes)",
+    ]
+    rows = [
+        [
+            p,
+            c.get("cnps_sent"),
+            c.get("cnps_received"),
+            c.get("rate_cuts"),
+            _fmt(c.get("marked_fraction")),
+            _fmt(c.get("switch_marked_fraction")),
+            f"{c.get('ports_with_marks')}/{c.get('marking_ports')}",
+            c.get("peak_queue_bytes"),
+        ]
+        for p, c in cc.items()
+    ]
+    text = (
+        "ECN marking by a phantom queue at every shaped switch egress (DCQCN's Kmin/Kmax/Pmax profile), "
+        "CNPs from the receivers, DCQCN rate control per QP at the senders (docs/congestion.md)."
+    )
+    return [("h2", "Congestion control: DCQCN"), ("p", text), ("table", head, rows)]
 
 
 __all__ = ["write_comparison"]

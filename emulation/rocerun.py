@@ -15,6 +15,7 @@ its time from the first packet sent to the last message received.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from controller.partitions_file import load_partitions
 from controller.sm.partitions import Partitions
 from emulation import workplan
 from emulation.mnfabric import MininetFabric
-from emulation.scenario import Scenario
+from emulation.scenario import Scenario, nic_gbps
 from emulation.workplan import Job, Message
 from topologies.model import PortRef
 from traffic.patterns import bus_factor
@@ -48,6 +49,8 @@ class RoceRun:
     start_at: float | None = None
     #: Frames each agent's socket dropped (buffer full): the emulator's, counted before the socket closed.
     socket_drops: dict[str, int] = field(default_factory=dict)
+    #: Each host's DCQCN parameters (`cc: dcqcn`, scaled; `traffic.dcqcn.DcqcnParams` fields); empty: none.
+    dcqcn: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def pair_pkey(partitions: Partitions | None, src: str, dst: str) -> int:
@@ -72,7 +75,14 @@ def prepare(scenario: Scenario) -> RoceRun:
         entry = scenario.fabric.port_map.get(PortRef(host, 1))
         speed = scenario.fabric.links[entry[0]].bw_gbps if entry is not None else None
         nic[host] = scenario.scale.mbps(speed) * 1e6 if scenario.scale is not None and speed else None
-    return RoceRun(jobs, messages, pkeys, nic)
+    dcqcn: dict[str, dict[str, float]] = {}
+    for host in nic:
+        params = (
+            scenario.dcqcn(nic_gbps(scenario.fabric, host) or 0.0) if scenario.spec.cc == "dcqcn" else None
+        )
+        if params is not None:
+            dcqcn[host] = dataclasses.asdict(params)
+    return RoceRun(jobs, messages, pkeys, nic, dcqcn=dcqcn)
 
 
 def _line_pps(run: RoceRun, host: str, job: Job) -> float | None:
@@ -162,7 +172,7 @@ def _agent_plan(
     }  # fmt: skip
     return {"iface": net.intf_name(host, 1), "src_mac": mac, "src_ip": ip, "start_at": None,
             "deadline_s": deadline_s, "nic_bps": run.nic_bps.get(host), "stall_s": stall_s, "jobs": jobs,
-            "sends": sends, "recvs": recvs}  # fmt: skip
+            "sends": sends, "recvs": recvs, "cc": run.dcqcn.get(host)}  # fmt: skip
 
 
 def go(run: RoceRun, start_at: float) -> None:
@@ -197,7 +207,7 @@ def finish(run: RoceRun) -> dict[str, Any]:
         for qp, stats in report.get("qps", {}).items():
             qps[int(qp)] = stats
     return {"collectives": _collectives(run, records, qps), "replays": _replays(run, records),
-            "messages": records, "start_at": t0}  # fmt: skip
+            "messages": records, "start_at": t0, "cc": _cc(run, reports, records)}  # fmt: skip
 
 
 def _replays(run: RoceRun, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -217,8 +227,63 @@ def _replays(run: RoceRun, records: list[dict[str, Any]]) -> list[dict[str, Any]
             "packets_expected": sum(r["packets"] for r in mine),
             "packets_received": sum(r["received"] for r in mine),
             "seconds": round(max(ends) - start, 4) if ends else None,
+            **({"incast": incast_figures(run, job, mine)} if job.kind == "roce-incast" else {}),
         })  # fmt: skip
     return out
+
+
+def incast_figures(run: RoceRun, job: Job, mine: list[dict[str, Any]]) -> dict[str, Any]:
+    """An incast as the issue scores it: packets lost, the receiver link's goodput (frames delivered over
+    the incast's span, as a fraction of the link's rate), Jain's fairness of the senders' delivered rates,
+    and each sender's rate (also as a fraction of the job's `rate_pps`, the victim's figure)."""
+    sent = sum(int(r["sent"]) for r in mine)
+    got = sum(int(r["received"]) for r in mine)
+    rates = []
+    for r in mine:
+        first, done = r["first_sent_s"], r["done_s"]
+        rates.append(r["received"] / (done - first) if first is not None and done is not None and done > first
+                     else 0.0)  # fmt: skip
+    starts = [r["first_sent_s"] for r in mine if r["first_sent_s"] is not None]
+    ends = [r["done_s"] for r in mine if r["done_s"] is not None]
+    span = max(ends) - min(starts) if starts and ends else 0.0
+    receiver = mine[0]["dst"] if mine else None
+    link_bps = run.nic_bps.get(receiver) if receiver else None
+    frame = job.frame_bytes or 0
+    goodput = got * frame * 8 / span / link_bps if span > 0 and link_bps else None
+    square = sum(x * x for x in rates)
+    return {
+        "senders": len(mine),
+        "receiver": receiver,
+        "sent_packets": sent,
+        "received_packets": got,
+        "loss_pct": round(100.0 * (sent - got) / sent, 3) if sent else None,
+        "span_s": round(span, 4),
+        "bottleneck_goodput": round(goodput, 4) if goodput is not None else None,
+        "jain": round(sum(rates) ** 2 / (len(rates) * square), 4) if square > 0 else None,
+        "sender_pps": [round(x, 2) for x in rates],
+        "rate_fraction": [round(x / job.rate_pps, 4) for x in rates] if job.rate_pps else None,
+    }
+
+
+def _cc(run: RoceRun, reports: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Congestion control as the agents saw it: CNPs both ways, rate cuts, the marked fraction of data
+    packets received, and every QP's rate over time (seconds from the common start)."""
+    if not run.dcqcn:
+        return {"cc": "none"}
+    parts = [r["cc"] for r in reports.values() if isinstance(r.get("cc"), dict)]
+    total = {k: sum(int(p.get(k, 0)) for p in parts)
+             for k in ("cnps_sent", "cnps_received", "cnps_unknown_qp", "ce_received", "data_received",
+                       "rate_cuts")}  # fmt: skip
+    owner = {r["qp"]: (r["src"], r["dst"], r["job"]) for r in records}
+    qps = {}
+    for part in parts:
+        for qp, stats in part.get("qps", {}).items():
+            src, dst, job = owner.get(int(qp), (None, None, None))
+            qps[qp] = {"src": src, "dst": dst, "job": job, **stats}
+    data = total["data_received"]
+    return {"cc": "dcqcn", **total, "agents_reporting": len(parts), "agents": len(run.agents),
+            "marked_fraction": round(total["ce_received"] / data, 6) if data else None,
+            "params": next(iter(run.dcqcn.values())), "qps": qps}  # fmt: skip
 
 
 def _rel(at: float | None, t0: float) -> float | None:
@@ -288,4 +353,15 @@ def stop(run: RoceRun) -> None:
                 proc.wait(5)
 
 
-__all__ = ["RoceRun", "finish", "go", "pair_pkey", "prepare", "rates", "session", "start", "stop"]
+__all__ = [
+    "RoceRun",
+    "finish",
+    "go",
+    "incast_figures",
+    "pair_pkey",
+    "prepare",
+    "rates",
+    "session",
+    "start",
+    "stop",
+]

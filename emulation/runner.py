@@ -23,7 +23,7 @@ from typing import Any
 
 from controller.partitions_file import load_partitions
 from controller.sm.manager import SubnetManager
-from emulation import isolation, rocerun
+from emulation import ccrun, isolation, rocerun
 from emulation.controlproc import ControllerProcess
 from emulation.headroom import (
     TxBufferSampler,
@@ -92,7 +92,7 @@ def run_scenario(
     own).  `capacity` is the fabric's calibration (`emulation.calibrate`), if there is one: the load asked
     for is compared with it.  `shards`/`crossing`: the fabric on several ovs-vswitchd
     (`emulation.sharded`)."""
-    refused = emulator_refuses(scenario)
+    refused = emulator_refuses(scenario) or ccrun.refuses(scenario, shards)
     if shards > 1 and (scenario.partitions_file is not None or scenario.qos is not None):
         refused = "partitions and QoS queues are not supported on a sharded fabric yet"
     if refused:  # before anything is built or written
@@ -118,6 +118,7 @@ def run_scenario(
         "controller": scenario.spec.controller.model_dump(),
         "scale": scenario.spec.scale,
         "duration_s": scenario.spec.duration_s,
+        "cc": scenario.spec.cc,
         "shards": {"count": shards, "crossing": crossing} if shards > 1 else None,
         "emulator_overloaded": bool(overloaded),
         "overloaded_repetitions": overloaded,
@@ -240,6 +241,7 @@ def _run_once(
         "loss_windows": _loss_windows(flows, measured["receivers"], measured["faults"]),
         "events": events,
         "utilisation": measured["utilisation"],
+        "cc": measured["cc"],
         **({"isolation": isolated} if isolated is not None else {}),
         **(
             {"qos_classes": class_summary(scenario.qos, flow_results, measured["collectives"])}
@@ -268,7 +270,11 @@ def _traffic_and_faults(
     work: Path,
 ) -> dict[str, Any]:
     with rocerun.session(scenario) as roce:
-        return _send_and_measure(scenario, net, ctl, flows, (progress, work), roce)
+        with ccrun.marking(scenario, net) as marks:
+            measured = _send_and_measure(scenario, net, ctl, flows, (progress, work), roce)
+        if marks.markers:
+            measured["cc"] = {**measured["cc"], "marking": ccrun.summary(marks)}
+        return measured
 
 
 def _send_and_measure(
@@ -350,6 +356,7 @@ def _send_and_measure(
         "replays": roce_result["replays"],
         "roce_messages": roce_result["messages"],
         "receiver_socket_drops": roce.socket_drops,
+        "cc": roce_result["cc"],
     }
 
 

@@ -41,24 +41,45 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from controller.partitions_file import load_partitions
 from controller.qosfile import load_policy
 from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, class_map, default_policies
 from controller.sm.qos import QosPolicy
+from emulation.ccspec import CongestionControl, DcqcnError, DcqcnSpec, dcqcn_params
+from emulation.trafficspec import (
+    PLAN_CHECK_RANKS,
+    TRAFFIC_MODELS,
+    Entropy,
+    KvTransfer,
+    RoceCollective,
+    RoceIncast,
+    RoceTraffic,
+    Strict,
+    TraceReplay,
+    Traffic,
+    UdpFlow,
+    UdpPermutation,
+    check_collective,
+    check_incast,
+    check_kv,
+    check_trace,
+    collective_plan,
+    collective_ranks,
+    incast_senders,
+    trace_path,
+)
 from topologies.errors import InputError, read_input_file
 from topologies.loader import load_topology
-from topologies.model import Fabric
+from topologies.model import Fabric, PortRef
 from topologies.scale import Scale
 from topologies.schema import Seed
 from topologies.yamlio import AllowedKeys, Document, PathItem, load_document, validate
+from traffic.dcqcn import DcqcnParams
 from traffic.entropy import seeded_sports
-from traffic.errors import TrafficError, parse_hosts, parse_size
-from traffic.kvcache import model_shape
-from traffic.patterns import PLANNERS, Plan, plan
-from traffic.trace import read_trace
+from traffic.errors import TrafficError
 
 #: Random permutations whose flows must leave their leaf or pod are drawn by rejection, at most this often.
 MAX_SHUFFLES = 100_000
@@ -68,11 +89,7 @@ class ScenarioError(InputError):
     pass
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class ControllerSpec(_Strict):
+class ControllerSpec(Strict):
     engine: str = "ftree"
     fast_failover: bool = True
     #: Legacy: true means policy ecmp when no policy is named.
@@ -105,113 +122,14 @@ class ControllerSpec(_Strict):
         return args
 
 
-Entropy = Literal["policy", "fixed", "spray"]
-
-
-class UdpFlow(_Strict):
-    kind: Literal["udp"]
-    src: str
-    dst: str
-    rate_pps: Annotated[float, Field(gt=0, le=50_000)]
-    size_bytes: Annotated[int, Field(ge=32, le=8900)] = 512
-    start_s: Annotated[float, Field(ge=0)] = 0.0
-    duration_s: Annotated[float, Field(gt=0)] | None = None
-    entropy: Entropy = "policy"
-    #: The source port of a `fixed` flow (default: seeded).
-    sport: Annotated[int, Field(ge=1, le=65535)] | None = None
-    #: Traffic class (IP DSCP) the flow is marked with; QoS classifies by it (docs/qos.md).
-    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
-
-
-class UdpPermutation(_Strict):
-    """Every host sends to one other: a seeded random permutation (whose flows leave their host, leaf or
-    pod: `leave`), or a shift (host i to host i + `shift`, in topology order)."""
-
-    kind: Literal["udp-permutation"]
-    rate_pps: Annotated[float, Field(gt=0, le=50_000)]
-    size_bytes: Annotated[int, Field(ge=32, le=8900)] = 512
-    hosts: list[str] | None = None
-    pattern: Literal["random", "shift"] = "random"
-    shift: Annotated[int, Field(ge=1)] | None = None
-    leave: Literal["host", "leaf", "pod"] = "host"
-    #: Parallel flows from each host to its partner, each with entropy of its own (QPs of one transfer).
-    flows_per_host: Annotated[int, Field(ge=1, le=16)] = 1
-    entropy: Entropy = "policy"
-    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
-
-
-Mtu = Literal[256, 512, 1024, 2048, 4096]
-#: Packets per second a RoCE sender may be paced at (None: the NIC's line rate at the scenario's scale).
-RatePps = Annotated[float, Field(gt=0, le=200_000)] | None
-
-
-class RoceCollective(_Strict):
-    """A collective's bytes as RoCEv2 RDMA WRITE streams between the ranks (one QP per pair)."""
-
-    kind: Literal["roce-collective"]
-    collective: str
-    ranks: str | list[str]
-    size: str | int
-    #: Each rank's sender paced at this many packets per second (all its QPs together); default: line rate.
-    rate_pps: RatePps = None
-    mtu: Mtu = 1024
-    entropy: Entropy = "policy"
-    #: "steps": the planner's dependent steps, rank by rank (a rank starts step s once it has sent and
-    #: received all of step s-1), in the emulator and the simulator alike; "one-phase": the whole traffic
-    #: matrix at once (each pair's bytes of every step as one message; MoE dispatch for an all-to-all).
-    schedule: Literal["steps", "one-phase"] = "steps"
-    #: Traffic class (DSCP) of its packets (default: the agent's RoCE default, 26).
-    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
-
-
-class KvTransfer(_Strict):
-    """KV-cache transfers of disaggregated serving (`traffic.kvcache`): every page an RDMA WRITE, posted
-    when its layer is computed, one QP per prefill -> decode pair."""
-
-    kind: Literal["kv-transfer"]
-    model: str
-    prompt_tokens: Annotated[int, Field(ge=1)]
-    prefill: str | list[str]
-    decode: str
-    page_tokens: Annotated[int, Field(ge=1)] = 16
-    requests: Annotated[int, Field(ge=1, le=100_000)] = 1
-    arrival_rate_per_s: Annotated[float, Field(ge=0)] = 0.0
-    layer_time_us: Annotated[float, Field(ge=0)] = 0.0
-    start_s: Annotated[float, Field(ge=0)] = 0.0
-    mtu: Mtu = 1024
-    rate_pps: RatePps = None
-    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
-
-
-class TraceReplay(_Strict):
-    """A congestion trace (`traffic.trace`, JSON Lines) replayed from `start_s`: every record an RDMA WRITE
-    posted at its time, messages of one (src, qp) in order.  `time_scale` stretches the trace's clock and
-    `size_scale` its message sizes (a trace recorded at real speed replayed on a scaled fabric: both
-    instruments apply the same factors)."""
-
-    kind: Literal["trace"]
-    file: str
-    start_s: Annotated[float, Field(ge=0)] = 0.0
-    time_scale: Annotated[float, Field(gt=0, le=1e9)] = 1.0
-    size_scale: Annotated[float, Field(gt=0, le=1e9)] = 1.0
-    mtu: Mtu = 1024
-    rate_pps: RatePps = None
-    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
-
-
-class Fault(_Strict):
+class Fault(Strict):
     at_s: Annotated[float, Field(ge=0)]
     action: Literal["link_down", "link_up", "switch_down", "switch_up"]
     port: str | None = None
     switch: str | None = None
 
 
-Traffic = Annotated[
-    UdpFlow | UdpPermutation | RoceCollective | KvTransfer | TraceReplay, Field(discriminator="kind")
-]
-
-
-class ScenarioSpec(_Strict):
+class ScenarioSpec(Strict):
     fabriclab: Literal[1]
     name: str
     description: str | None = None
@@ -231,8 +149,12 @@ class ScenarioSpec(_Strict):
     settle_s: Annotated[float, Field(ge=0, le=60)] = 1.0
     #: QoS policy file (relative to this file; docs/qos.md): the controller's and every switch port's queues.
     qos: str | None = None
-    traffic: list[Traffic] = []
-    faults: list[Fault] = []
+    traffic: list[Traffic] = Field(default_factory=list)
+    faults: list[Fault] = Field(default_factory=list)
+    #: Congestion control of the RoCE senders (emulation.ccspec): none (open loop) or dcqcn.
+    cc: CongestionControl = "none"
+    #: DCQCN parameter overrides at the modelled speed (used under `cc: dcqcn`, from the file or `--cc`).
+    dcqcn: DcqcnSpec | None = None
 
 
 class _Keys(AllowedKeys):
@@ -244,6 +166,8 @@ class _Keys(AllowedKeys):
             return list(ScenarioSpec.model_fields)
         if path == ("controller",):
             return list(ControllerSpec.model_fields)
+        if path == ("dcqcn",):
+            return list(DcqcnSpec.model_fields)
         if len(path) == 2 and path[0] == "faults":
             return list(Fault.model_fields)
         if len(path) == 2 and path[0] == "traffic" and isinstance(self.data, dict):
@@ -251,14 +175,7 @@ class _Keys(AllowedKeys):
                 kind = self.data["traffic"][path[1]].get("kind")
             except (KeyError, IndexError, TypeError, AttributeError):
                 return ()
-            models: dict[str, type[BaseModel]] = {
-                "udp": UdpFlow,
-                "udp-permutation": UdpPermutation,
-                "roce-collective": RoceCollective,
-                "kv-transfer": KvTransfer,
-                "trace": TraceReplay,
-            }
-            model = models.get(kind)
+            model = TRAFFIC_MODELS.get(kind)
             return list(model.model_fields) if model else ()
         return ()
 
@@ -313,12 +230,24 @@ class Scenario:
         controller = self.spec.controller.model_copy(update={"policy": policy})
         return replace(self, spec=self.spec.model_copy(update={"controller": controller}))
 
+    def with_cc(self, cc: str) -> Scenario:
+        """The same experiment under another congestion control (`dcqcn:` applies whenever it is dcqcn)."""
+        if cc not in ("none", "dcqcn"):
+            raise ScenarioError(f"unknown congestion control {cc!r} (none, dcqcn)", field="cc")
+        return replace(self, spec=self.spec.model_copy(update={"cc": cc}))
+
+    def dcqcn(self, nic_gbps: float) -> DcqcnParams | None:
+        """The DCQCN a NIC of `nic_gbps` (modelled speed) runs at the scenario's scale; None: `cc: none`."""
+        if self.spec.cc != "dcqcn":
+            return None
+        return dcqcn_params(self.spec.dcqcn, nic_gbps, self.scale.factor if self.scale else 1.0)
+
     def flows(self, repetition: int = 0) -> list[FlowPlan]:
         rng = random.Random(f"{self.spec.seed}:{repetition}")
         hosts = [h.name for h in self.fabric.hosts]
         plans: list[FlowPlan] = []
         for index, item in enumerate(self.spec.traffic):
-            if isinstance(item, RoceCollective | KvTransfer | TraceReplay):
+            if isinstance(item, RoceTraffic):
                 continue  # see collective_plan(); the others are simulated only
             if isinstance(item, UdpFlow):
                 duration = item.duration_s or (self.spec.duration_s - item.start_s)
@@ -376,40 +305,11 @@ class Scenario:
         return replace(plan, sport=sport or seeded_sports(seed, 1)[0])
 
 
-def collective_plan(item: RoceCollective, hosts: Sequence[str]) -> Plan:
-    ranks = item.ranks if isinstance(item.ranks, list) else parse_hosts(item.ranks, hosts)
-    return plan(item.collective, ranks, parse_size(item.size))
-
-
-def collective_ranks(item: RoceCollective, hosts: Sequence[str]) -> list[str]:
-    """The ranks of a collective, checked against the fabric's hosts (TrafficError naming `ranks`)."""
-    return parse_hosts(",".join(item.ranks) if isinstance(item.ranks, list) else item.ranks, hosts)
-
-
-#: Collectives up to this many ranks are checked by planning them; bigger ones (a 4,096-rank all-to-all
-#: is 16.8 M transfers) by their parts, so checking a large scenario stays instant.
-PLAN_CHECK_RANKS = 256
-
-
-def check_collective(item: RoceCollective, hosts: Sequence[str]) -> None:
-    ranks = collective_ranks(item, hosts)
-    if len(ranks) <= PLAN_CHECK_RANKS:
-        plan(item.collective, ranks, parse_size(item.size))
-        return
-    if item.collective not in PLANNERS:
-        raise TrafficError(f"unknown kind {item.collective!r} (known: {', '.join(PLANNERS)})", field="kind")
-    if parse_size(item.size) < 1:
-        raise TrafficError("must be at least 1 byte", field="size")
-    if item.collective == "allreduce-hd" and len(ranks) & (len(ranks) - 1):
-        raise TrafficError("halving-doubling needs a power-of-two number of ranks", field="ranks")
-
-
 def emulator_refuses(scenario: Scenario) -> str | None:
     """Why the emulator cannot run this scenario (None: it can).  Every traffic kind and every routing
     policy of the controller runs on both instruments; what is left is what the emulator cannot shape."""
     if scenario.scale is None and any(
-        isinstance(item, RoceCollective | KvTransfer | TraceReplay) and item.rate_pps is None
-        for item in scenario.spec.traffic
+        isinstance(item, RoceTraffic) and item.rate_pps is None for item in scenario.spec.traffic
     ):
         return (
             "scale: RoCE senders at line rate need shaped links (give `scale:`, or `rate_pps` for each "
@@ -486,10 +386,13 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
                                     "partition: the fabric would drop their traffic")  # fmt: skip
             continue
         if isinstance(item, KvTransfer):
-            _check_kv(item, sorted(hosts), doc, i)
+            check_kv(item, sorted(hosts), doc, i)
             continue
         if isinstance(item, TraceReplay):
-            _check_trace(item, hosts, doc, i, path)
+            check_trace(item, hosts, doc, i, path)
+            continue
+        if isinstance(item, RoceIncast):
+            check_incast(item, sorted(hosts), doc, i)
             continue
         names: list[tuple[str, str]] = (
             [("src", item.src), ("dst", item.dst)] if isinstance(item, UdpFlow) else []
@@ -532,49 +435,43 @@ def _cross_check(spec: ScenarioSpec, doc: Document, path: Path) -> Scenario:
                 raise doc.error(["faults", i, "switch"], f"{fault.action} needs `switch: NAME` (and no port)")
             if fault.switch not in fabric.nodes or not fabric.nodes[fault.switch].is_switch:
                 raise doc.error(["faults", i, "switch"], f"unknown switch {fault.switch!r}")
-    return Scenario(spec, path, fabric, scale, qos)
+    scenario = Scenario(spec, path, fabric, scale, qos)
+    checked = scenario.with_cc("dcqcn")  # `dcqcn:` under cc: none is what `--cc dcqcn` will run: checked now
+    for speed in sorted({nic_gbps(fabric, h.name) or 0.0 for h in fabric.hosts} - {0.0}):
+        try:
+            checked.dcqcn(speed)
+        except DcqcnError as exc:
+            raise doc.error(["dcqcn", exc.field], str(exc)) from None
+    return scenario
 
 
-def _check_kv(item: KvTransfer, hosts: Sequence[str], doc: Document, i: int) -> None:
-    try:
-        model_shape(item.model)
-        names = item.prefill if isinstance(item.prefill, str) else ",".join(item.prefill)
-        prefill = parse_hosts(names, hosts, field="prefill")
-        parse_hosts(item.decode, hosts, field="decode")
-        if item.decode in prefill:
-            raise TrafficError(f"{item.decode!r} is also a prefill host", field="decode")
-    except TrafficError as exc:
-        raise doc.error(["traffic", i, exc.field or "model"], exc.message) from None
-
-
-def trace_path(item: TraceReplay, scenario_file: Path) -> Path:
-    return (scenario_file.parent / item.file).resolve()
-
-
-def _check_trace(item: TraceReplay, hosts: set[str], doc: Document, i: int, path: Path) -> None:
-    file = trace_path(item, path)
-    try:
-        records = read_trace(file)
-    except TrafficError as exc:
-        raise doc.error(["traffic", i, "file"], str(exc)) from None
-    for n, record in enumerate(records, 1):
-        for name in (record.src, record.dst):
-            if name not in hosts:
-                raise doc.error(["traffic", i, "file"], f"{file}: record {n}: unknown host {name!r}")
+def nic_gbps(fabric: Fabric, host: str) -> float | None:
+    """The speed of a host's first port (its NIC), as modelled; None: not cabled."""
+    entry = fabric.port_map.get(PortRef(host, 1))
+    return fabric.links[entry[0]].bw_gbps if entry is not None else None
 
 
 __all__ = [
+    "PLAN_CHECK_RANKS",
+    "Entropy",
     "FlowPlan",
     "KvTransfer",
     "RoceCollective",
+    "RoceIncast",
+    "RoceTraffic",
     "Scenario",
     "ScenarioError",
     "ScenarioSpec",
     "TraceReplay",
+    "UdpFlow",
+    "UdpPermutation",
     "check_collective",
+    "check_incast",
     "collective_plan",
     "collective_ranks",
     "emulator_refuses",
+    "incast_senders",
     "load_scenario",
+    "nic_gbps",
     "trace_path",
 ]

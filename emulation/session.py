@@ -20,8 +20,9 @@ from controller.qosfile import load_policy
 from controller.rest.client import ControllerClient
 from controller.rest.common import BackgroundServer, page_origins, serve_in_thread
 from controller.sm.manager import SubnetManager
-from emulation import runfile
+from emulation import ccrun, runfile
 from emulation.controlproc import ControllerProcess
+from emulation.ecnmark import EcnMarker
 from emulation.lifecycle import deferred, raise_if_stopped
 from emulation.mesh import check_all_pairs
 from emulation.metrics import HeadroomSource, SwitchPort, emulator_registry
@@ -29,8 +30,13 @@ from emulation.mnfabric import MininetFabric, Scale
 from emulation.sharded import ShardedFabric
 from topologies.model import Fabric
 from topologies.tiers import Tiers
+from traffic.dcqcn import DcqcnParams
 
 Address = tuple[str, int]
+
+
+#: `emulate up --cc dcqcn`: the phantom queue's bound, as the interface's default queue of 1,000 frames.
+UP_BUFFER_BYTES = 1000 * 1514
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,8 @@ class UpOptions:
     crossing: str = "veth"
     #: Cables between two switches of one shard: "patch", "veth" or "auto" (patch unless shaped).
     shard_cables: str = "auto"
+    #: `--cc dcqcn`: ECN marking with this profile at every shaped switch egress (`emulation.ccrun`).
+    dcqcn: DcqcnParams | None = None
 
 
 def apply_fault(net: MininetFabric, action: str, target: str) -> str:
@@ -158,6 +166,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
     addresses = SubnetManager(fabric).addresses.as_strings()
     ctl: ControllerProcess | None = None
     server: BackgroundServer | None = None
+    markers: dict[str, EcnMarker] = {}
     start = time.perf_counter()
     prefix = run_prefix(options)
     qos = load_policy(options.qos, fabric) if options.qos is not None else None
@@ -219,6 +228,13 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                 "pairs_reachable": ok,
                 "verified_s": round(time.perf_counter() - start, 3),
             }
+            if options.dcqcn is not None and options.scale is not None:
+                p = options.dcqcn
+                markers = ccrun.attach_markers(
+                    fabric, net, options.scale, p, max(p.kmax_bytes, UP_BUFFER_BYTES)
+                )
+                say(f"ECN marking on {len(markers)} switch egresses (DCQCN: Kmin {p.kmin_bytes} B, Kmax "
+                    f"{p.kmax_bytes} B, Pmax {p.pmax:g})")  # fmt: skip
             server = serve_faults(net, summary, options.emu_api, options.token,
                                   options.controller_api if options.controller else options.api)  # fmt: skip
             host, port = options.emu_api
@@ -234,6 +250,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
         finally:
             if server is not None:
                 server.stop()
+            ccrun.detach_markers(markers)
             stopping = time.perf_counter()
             net.stop()
             say(f"fabric removed in {time.perf_counter() - stopping:.1f} s")

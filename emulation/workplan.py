@@ -7,7 +7,8 @@ rules into flows (`flowsim.scenario`).  What is fixed here and nowhere else:
 * **Jobs.**  Every traffic item is a job, scored on its own: `udp`/`udp-permutation` are *timed* (open-loop
   flows sent at a rate for a duration), `roce-collective` runs its `steps` (a rank starts step s once it
   has sent and received all of step s-1) or `one-phase` (the whole traffic matrix at once), `trace` and
-  `kv-transfer` are *posted* messages (each at its time, in order per queue pair).
+  `kv-transfer` are *posted* messages (each at its time, in order per queue pair), and so is
+  `roce-incast` (one message per sender, each on a QP of its own, all posted at `start_s`).
 * **Bytes on the wire** (`traffic.wire`): a probe datagram is `size_bytes + 42`, an RDMA WRITE
   `ceil(bytes / mtu)` packets of `mtu + 58`.  The links are shaped (and simulated) on these bytes; goodput
   counts payload.
@@ -28,10 +29,12 @@ from pathlib import Path
 from emulation.scenario import (
     KvTransfer,
     RoceCollective,
+    RoceIncast,
     Scenario,
     TraceReplay,
     collective_plan,
     collective_ranks,
+    incast_senders,
     trace_path,
 )
 from traffic.entropy import QP_BASE, QP_SPACE, flow_sport, pair_qp
@@ -98,8 +101,11 @@ def jobs(scenario: Scenario) -> list[Job]:
             out.append(Job(i, item.kind, f"{label} {item.collective}", item.schedule,
                            (item.collective, n, parse_size(item.size)), item.rate_pps, item.mtu, item.dscp,
                            scenario.sprays(item.entropy)))  # fmt: skip
-        elif isinstance(item, KvTransfer | TraceReplay):
-            what = item.model if isinstance(item, KvTransfer) else Path(item.file).name
+        elif isinstance(item, KvTransfer | TraceReplay | RoceIncast):
+            if isinstance(item, RoceIncast):
+                what = f"{item.size} to {item.receiver}"
+            else:
+                what = item.model if isinstance(item, KvTransfer) else Path(item.file).name
             sprays = scenario.sprays("policy")
             rate, mtu, dscp = item.rate_pps, item.mtu, item.dscp
             job = Job(i, item.kind, f"{label} {what}", "posted", None, rate, mtu, dscp, sprays)
@@ -125,9 +131,14 @@ def trace_records(scenario: Scenario, index: int) -> list[TraceRecord]:
 
 
 def posted(scenario: Scenario, index: int) -> list[tuple[float, str, str, int, int, str]]:
-    """(post_s, src, dst, payload bytes, connection, tag) of a trace or KV item, scaled as the scenario says;
-    a connection is one (src, qp) of the trace, numbered in order of first use."""
+    """(post_s, src, dst, payload bytes, connection, tag) of a trace, KV or incast item, scaled as the
+    scenario says; a connection is one (src, qp) of the trace (an incast: one per sender), numbered in order
+    of first use."""
     item = scenario.spec.traffic[index]
+    if isinstance(item, RoceIncast):
+        senders = incast_senders(item, [h.name for h in scenario.fabric.hosts])
+        size = parse_size(item.size)
+        return [(item.start_s, src, item.receiver, size, k, "incast") for k, src in enumerate(senders)]
     time_scale = item.time_scale if isinstance(item, TraceReplay) else 1.0
     size_scale = item.size_scale if isinstance(item, TraceReplay) else 1.0
     assert isinstance(item, TraceReplay | KvTransfer)

@@ -67,6 +67,106 @@ class FluidResult:
     queue_bytes: F64  # (samples, links)
 
 
+class ReactionPoints:
+    """DCQCN's reaction point (`traffic.dcqcn.Dcqcn`) of many QPs at once, as state arrays.
+
+    One copy of the algorithm for both fluid models here and in `flowsim.ccsim`, so that what
+    `tests/test_flowsim_dcqcn.py` checks against the scalar rate machine holds for both.  `line_bps` is
+    every QP's highest (and starting) rate: its NIC's line rate, or less where a pacer caps the job.  Every
+    method takes integer row indices; `timers` fires each timer at most once, so call it at least once per
+    timer period (the models step at a quarter of it), or use `skip` across a quiet stretch."""
+
+    def __init__(self, p: DcqcnParams, line_bps: F64, start_s: F64) -> None:
+        n = line_bps.size
+        self.p = p
+        self.line = line_bps.astype(np.float64)
+        self.rc = self.line.copy()  # RoCE starts at line rate: no slow start
+        self.rt = self.line.copy()
+        self.alpha = np.ones(n)
+        self.t_ev = np.zeros(n, dtype=np.int64)
+        self.b_ev = np.zeros(n, dtype=np.int64)
+        self.since = np.zeros(n)
+        self.next_alpha = start_s + p.alpha_period_s
+        self.next_inc = start_s + p.increase_period_s
+        self.last_cnp = np.full(n, -np.inf)
+        self.pending = np.zeros(n, dtype=bool)
+
+    def restart_timers(self, rows: I64, now: float | F64) -> None:
+        """Rows that start sending at `now` (one time, or one per row): their timers count from there."""
+        self.next_alpha[rows] = now + self.p.alpha_period_s
+        self.next_inc[rows] = now + self.p.increase_period_s
+
+    def cut(self, rows: I64, now: float) -> None:
+        """A CNP: the target becomes the current rate, the rate drops by α/2, α rises; recovery restarts."""
+        p = self.p
+        self.rt[rows] = self.rc[rows]
+        self.rc[rows] = np.maximum(p.min_rate_bps, self.rc[rows] * (1 - self.alpha[rows] / 2))
+        self.alpha[rows] = (1 - p.g) * self.alpha[rows] + p.g
+        self.t_ev[rows] = 0
+        self.b_ev[rows] = 0
+        self.since[rows] = 0.0
+        self.restart_timers(rows, now)
+
+    def timers(self, rows: I64, now: float) -> None:
+        """α decay and the rate-increase timer, for those of `rows` due by `now` (each at most once)."""
+        p = self.p
+        due = rows[self.next_alpha[rows] <= now]
+        self.alpha[due] *= 1 - p.g
+        self.next_alpha[due] += p.alpha_period_s
+        due = rows[self.next_inc[rows] <= now]
+        if due.size:
+            self.t_ev[due] += 1
+            self.next_inc[due] += p.increase_period_s
+            self.increase(due)
+
+    def count_bytes(self, rows: I64, out_bytes: F64) -> None:
+        """The byte counter: a rate-increase event per `byte_counter_bytes` sent."""
+        p = self.p
+        self.since[rows] += out_bytes
+        over = rows[self.since[rows] >= p.byte_counter_bytes]
+        if over.size:
+            self.b_ev[over] += (self.since[over] // p.byte_counter_bytes).astype(np.int64)
+            self.since[over] %= p.byte_counter_bytes
+            self.increase(over)
+
+    def increase(self, rows: I64) -> None:
+        """One rate-increase event: fast recovery, additive or hyper increase by the two counters."""
+        p = self.p
+        hi = np.maximum(self.t_ev[rows], self.b_ev[rows])
+        lo = np.minimum(self.t_ev[rows], self.b_ev[rows])
+        add = np.where(
+            hi < p.fast_recovery_steps,
+            0.0,
+            np.where(
+                lo > p.fast_recovery_steps, (lo - p.fast_recovery_steps) * p.hai_rate_bps, p.ai_rate_bps
+            ),
+        )
+        line = self.line[rows]
+        rt = np.minimum(self.rt[rows] + add, line)
+        self.rt[rows] = rt
+        self.rc[rows] = np.minimum(line, (rt + self.rc[rows]) / 2)
+
+    def at_line(self, rows: I64) -> bool:
+        """Every one of `rows` is at its highest rate with its target there too: timers change nothing."""
+        return bool(np.all(self.rc[rows] >= self.line[rows]) and np.all(self.rt[rows] >= self.line[rows]))
+
+    def skip(self, rows: I64, until_s: float) -> None:
+        """Fire every timer due by `until_s` at once; exact only for rows `at_line` (α decays, counters
+        count, rates stay at line rate)."""
+        p = self.p
+        fired = _fired(self.next_alpha[rows], p.alpha_period_s, until_s)
+        self.next_alpha[rows] += fired * p.alpha_period_s
+        self.alpha[rows] *= np.power(1 - p.g, fired)
+        fired = _fired(self.next_inc[rows], p.increase_period_s, until_s)
+        self.next_inc[rows] += fired * p.increase_period_s
+        self.t_ev[rows] += fired.astype(np.int64)
+
+
+def _fired(next_s: F64, period_s: float, until_s: float) -> F64:
+    """How many times a periodic timer next due at `next_s` fires by `until_s`."""
+    return np.where(next_s <= until_s, np.floor((until_s - next_s) / period_s) + 1, 0.0)
+
+
 class FluidDcqcn:
     """Run `FluidLinks` with flows starting at `start_s`, each sending `size_bytes` (np.inf: until the end)
     at most at `demand_bps` (the application's pace; default the NIC's), under DCQCN with parameters `p`
@@ -99,36 +199,16 @@ class FluidDcqcn:
         )
         self.cc = cc
         self.flow_of = np.repeat(np.arange(n), np.diff(net.indptr))
-        self.rc = np.full(n, p.line_rate_bps)
-        self.rt = self.rc.copy()
-        self.alpha = np.ones(n)
-        self.t_ev = np.zeros(n, dtype=np.int64)
-        self.b_ev = np.zeros(n, dtype=np.int64)
-        self.since = np.zeros(n)
-        self.next_alpha = self.start_s + p.alpha_period_s
-        self.next_inc = self.start_s + p.increase_period_s
-        self.last_cnp = np.full(n, -np.inf)
-        self.pending_cnp = np.zeros(n, dtype=bool)
+        self.rp = ReactionPoints(p, np.full(n, p.line_rate_bps), self.start_s)
         self.queue = np.zeros(net.cap_bps.size)
 
-    def _increase(self, hit: np.ndarray) -> None:
-        p = self.p
-        hi = np.maximum(self.t_ev[hit], self.b_ev[hit])
-        lo = np.minimum(self.t_ev[hit], self.b_ev[hit])
-        rt = self.rt[hit]
-        add = np.where(
-            hi < p.fast_recovery_steps,
-            0.0,
-            np.where(
-                lo > p.fast_recovery_steps, (lo - p.fast_recovery_steps) * p.hai_rate_bps, p.ai_rate_bps
-            ),
-        )
-        rt = np.minimum(rt + add, p.line_rate_bps)
-        self.rt[hit] = rt
-        self.rc[hit] = np.minimum(p.line_rate_bps, (rt + self.rc[hit]) / 2)
+    @property
+    def pending_cnp(self) -> np.ndarray:
+        """Per flow: a CNP waiting to act at the next step (tests force one here)."""
+        return self.rp.pending
 
     def run(self, until_s: float, sample_every: int = 100) -> FluidResult:
-        net, p, dt = self.net, self.p, self.dt
+        net, p, dt, rp = self.net, self.p, self.dt, self.rp
         n, n_links = net.n_flows, net.cap_bps.size
         sent = np.zeros(n)
         delivered = np.zeros(n)
@@ -146,37 +226,20 @@ class FluidDcqcn:
         for step in range(steps):
             now = step * dt
             active = (self.start_s <= now) & (sent < self.size)
+            rows = np.flatnonzero(active)
             # the reaction point: a CNP from the last step cuts; then the timers due by now
-            cut = self.pending_cnp & active
+            cut = rp.pending & active
             if cut.any():
-                self.rt[cut] = self.rc[cut]
-                self.rc[cut] = np.maximum(p.min_rate_bps, self.rc[cut] * (1 - self.alpha[cut] / 2))
-                self.alpha[cut] = (1 - p.g) * self.alpha[cut] + p.g
-                self.t_ev[cut] = self.b_ev[cut] = 0
-                self.since[cut] = 0.0
-                self.next_alpha[cut] = now + p.alpha_period_s
-                self.next_inc[cut] = now + p.increase_period_s
+                rp.cut(np.flatnonzero(cut), now)
                 cuts += cut
-            self.pending_cnp[:] = False
-            due = active & (self.next_alpha <= now)
-            self.alpha[due] *= 1 - p.g
-            self.next_alpha[due] += p.alpha_period_s
-            due = active & (self.next_inc <= now)
-            self.t_ev[due] += 1
-            self.next_inc[due] += p.increase_period_s
-            if due.any():
-                self._increase(due)
+            rp.pending[:] = False
+            rp.timers(rows, now)
             # sending: at the current rate, never past the flow's size
-            rate = np.where(active, np.minimum(self.rc, self.demand) if self.cc else self.demand, 0.0)
+            rate = np.where(active, np.minimum(rp.rc, self.demand) if self.cc else self.demand, 0.0)
             out = np.minimum(rate * dt / BITS, np.maximum(self.size - sent, 0.0))
             sent += out
             finish[(sent >= self.size) & np.isinf(finish)] = now + dt
-            self.since += out
-            over = active & (self.since >= p.byte_counter_bytes)
-            if over.any():
-                self.b_ev[over] += (self.since[over] // p.byte_counter_bytes).astype(np.int64)
-                self.since[over] %= p.byte_counter_bytes
-                self._increase(over)
+            rp.count_bytes(rows, out[rows])
             # the links: fluid queues, drops past the buffer, in proportion to each flow's share
             offered = np.bincount(net.links, weights=(out * BITS / dt)[self.flow_of], minlength=n_links)
             q = self.queue + (offered - net.cap_bps) * dt / BITS
@@ -197,14 +260,14 @@ class FluidDcqcn:
             if not self.cc:  # no ECN, no CNPs: the rates stay the demands
                 continue
             # the congestion point marks; the notification point answers once per interval
-            pm = _mark(self.queue, p)
+            pm = mark_probability(self.queue, p)
             with np.errstate(divide="ignore"):  # log1p(-1) = -inf: a certain mark, exp(-inf) = 0
                 path = 1 - np.exp(np.add.reduceat(np.log1p(-pm)[net.links], net.indptr[:-1]))
             marked += pk * path
             hit = self.rng.random(n) < 1 - np.power(1 - path, pk)
-            answer = hit & (now - self.last_cnp >= p.cnp_interval_s)
-            self.last_cnp[answer] = now
-            self.pending_cnp |= answer
+            answer = hit & (now - rp.last_cnp >= p.cnp_interval_s)
+            rp.last_cnp[answer] = now
+            rp.pending |= answer
             cnps += answer
         return FluidResult(
             delivered_bytes=delivered, dropped_bytes=dropped, cnps=cnps, cuts=cuts, finish_s=finish,
@@ -214,8 +277,8 @@ class FluidDcqcn:
         )  # fmt: skip
 
 
-def _mark(queue: F64, p: DcqcnParams) -> F64:
-    """`traffic.dcqcn.mark_probability`, vectorised."""
+def mark_probability(queue: F64, p: DcqcnParams) -> F64:
+    """`traffic.dcqcn.mark_probability`, vectorised: P(a packet is CE-marked) at each queue length."""
     ramp = p.pmax * (queue - p.kmin_bytes) / (p.kmax_bytes - p.kmin_bytes)
     return np.where(queue <= p.kmin_bytes, 0.0, np.where(queue > p.kmax_bytes, 1.0, ramp))
 
@@ -226,4 +289,4 @@ def jain(x: F64) -> float:
     return s * s / (x.size * float(np.sum(x * x))) if s > 0 else 0.0
 
 
-__all__ = ["FluidDcqcn", "FluidLinks", "FluidResult", "jain"]
+__all__ = ["FluidDcqcn", "FluidLinks", "FluidResult", "ReactionPoints", "jain", "mark_probability"]

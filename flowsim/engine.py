@@ -45,6 +45,22 @@ Progress = Callable[[float, str], None]
 BATCH_TOL = 1e-3
 
 
+def add_to_bins(heat: F64, bin_s: float, t0: float, t1: float, per_s: F64) -> float:
+    """Add `per_s` (bytes/s per link) over [t0, t1) into the utilisation-over-time bins `heat` (rows of
+    `bin_s` seconds), halving the resolution in place while the run outgrows them; the new `bin_s`."""
+    bins = heat.shape[0]
+    while t1 > bins * bin_s:
+        heat[: bins // 2] = heat[0::2] + heat[1::2]
+        heat[bins // 2 :] = 0.0
+        bin_s *= 2
+    first, last = int(t0 / bin_s), min(bins - 1, int(t1 / bin_s))
+    for b in range(first, last + 1):
+        overlap = min(t1, (b + 1) * bin_s) - max(t0, b * bin_s)
+        if overlap > 0:
+            heat[b] += per_s * overlap
+    return bin_s
+
+
 class Simulator(Lockstep):
     def __init__(
         self, network: Network, workload: Workload, config: SimConfig, progress: Progress | None = None
@@ -144,6 +160,16 @@ class Simulator(Lockstep):
         paced = pacer >= 0
         rate[paced] = np.minimum(rate[paced], self.cap[self.place.base_pacer + pacer[paced]])
         return size / (rate * BYTES_PER_GBIT)
+
+    def start_all(self) -> None:
+        """Place every flow of every batch now, grouped as the event loop starts them (by start time; a
+        message that waits for another on its own), for a model that keeps its own clock (`flowsim.ccsim`)."""
+        while self.arrivals:
+            _, _, bi, idx = heapq.heappop(self.arrivals)
+            self._start_batch(bi, idx)
+        for bi, b in enumerate(self.batches):
+            if b.after is not None and (waiting := np.flatnonzero(b.after >= 0)).size:
+                self._start_batch(bi, waiting)
 
     def _start_batch(self, bi: int, idx: I64) -> None:
         b = self.batches[bi]
@@ -413,16 +439,7 @@ class Simulator(Lockstep):
         self.now += dt
 
     def _bin(self, t0: float, t1: float, per_s: F64) -> None:
-        bins = self.heat.shape[0]
-        while t1 > bins * self.bin_s:
-            self.heat[: bins // 2] = self.heat[0::2] + self.heat[1::2]
-            self.heat[bins // 2 :] = 0.0
-            self.bin_s *= 2
-        first, last = int(t0 / self.bin_s), min(bins - 1, int(t1 / self.bin_s))
-        for b in range(first, last + 1):
-            overlap = min(t1, (b + 1) * self.bin_s) - max(t0, b * self.bin_s)
-            if overlap > 0:
-                self.heat[b] += per_s * overlap
+        self.bin_s = add_to_bins(self.heat, self.bin_s, t0, t1, per_s)
 
     def _handle_events(self) -> None:
         p = self.pool

@@ -135,6 +135,8 @@ def _markdown(summary: Mapping[str, Any], plots: list[str]) -> str:
     fmt: Callable[[Any], str] = lambda v: f"{v:.4g}" if isinstance(v, int | float) else "-"  # noqa: E731
     for name, row in summary["policies"].items():
         lines.append(f"| {name} | " + " | ".join(fmt(row[f]) for f in FIELDS) + " |")
+    if "cc" in summary:
+        lines += _cc_table(summary, fmt)
     lines += [
         "",
         "Per policy and job: completion against the non-blocking fabric's, busbw (collectives).",
@@ -172,6 +174,31 @@ def _markdown(summary: Mapping[str, Any], plots: list[str]) -> str:
     lines.append("")
     lines += [f"![{p}]({p})\n" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _cc_table(summary: Mapping[str, Any], fmt: Callable[[Any], str]) -> list[str]:
+    """Under `cc: dcqcn`: what the controllers and the switch queues did, per policy."""
+    context = summary["cc"]
+    lines = [
+        "",
+        f"Congestion control: **{context['cc']}** ({context['model']}; time step {fmt(context['dt_s'])} s). "
+        "Loss is what switch buffers dropped of what was sent; the bottleneck is the link with the highest "
+        "queue, its utilisation counts bytes on the wire.",
+        "",
+        "| policy | CNPs | rate cuts | marked fraction | loss % | peak queue (bytes) | buffer (bytes) "
+        "| bottleneck | utilisation | Jain (incast senders) |",
+        "| --- | " + " | ".join(["---:"] * 9) + " |",
+    ]
+    for name, row in summary["policies"].items():
+        block = row.get("cc") or {}
+        neck = block.get("bottleneck") or {}
+        lines.append(
+            f"| {name} | {block.get('cnps_sent', '-')} | {block.get('rate_cuts', '-')} "
+            f"| {fmt(block.get('marked_fraction'))} | {fmt(block.get('loss_pct'))} "
+            f"| {fmt(block.get('peak_queue_bytes'))} | {fmt(block.get('buffer_bytes'))} "
+            f"| {neck.get('link', '-')} | {fmt(neck.get('utilisation'))} | {fmt(block.get('jain_senders'))} |"
+        )
+    return lines
 
 
 __all__ = ["write_report"]

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from flowsim.ccsim import CcSetup, CcSimulator, check_supported
 from flowsim.engine import Progress, SimConfig, SimResult, Simulator
 from flowsim.metrics import reference, summarise
 from flowsim.network import Network
@@ -28,10 +29,13 @@ class Outcome:
     config: SimConfig
     #: The scenario's name, when the workload came from one (the comparison checks it).
     scenario: str | None = None
+    #: DCQCN's setup when the RoCE flows ran under it (None: max-min, `cc: none`).
+    cc: CcSetup | None = None
 
     def summary(self) -> dict[str, Any]:
-        """The shared schema: {"policies": {NAME: {slowdown, completion_s, ...}}} plus context."""
-        return {
+        """The shared schema: {"policies": {NAME: {slowdown, completion_s, ...}}} plus context; under DCQCN
+        a top-level `cc` (the parameters) and a `cc` block per policy (`CcStats.block`)."""
+        out: dict[str, Any] = {
             "scenario": self.scenario,
             "fabric": self.network.fabric.summary(),
             "workload": self.workload.label,
@@ -46,6 +50,21 @@ class Outcome:
             "link_speeds": self.network.link_speeds,
             "policies": {name: run.summary for name, run in self.runs.items()},
         }
+        if self.cc is not None:
+            out["cc"] = cc_context(self.cc)
+        return out
+
+
+def cc_context(setup: CcSetup) -> dict[str, Any]:
+    """The controller a run used: its name, parameters at the run's speeds, the model's time step."""
+    p = setup.params
+    return {
+        "cc": "dcqcn" if setup.enabled else "none (open-loop senders)",
+        "model": "fluid DCQCN (flowsim.ccsim); the reference run stays max-min on a non-blocking fabric",
+        "dt_s": setup.step_s(),
+        "line_rates_gbps": sorted({round(float(x) / 1e9, 9) for x in setup.line_bps}),
+        "params": {k: v for k, v in vars(p).items() if k != "line_rate_bps"},
+    }
 
 
 def simulate(
@@ -55,11 +74,15 @@ def simulate(
     config: SimConfig,
     progress: Callable[[float, str], None] | None = None,
     scenario: str | None = None,
+    cc: CcSetup | None = None,
 ) -> Outcome:
-    """The ideal reference once, then every policy; progress is reported as a fraction of all runs."""
+    """The ideal reference once, then every policy; progress is reported as a fraction of all runs.  With
+    `cc`, each policy's RoCE flows run under DCQCN (`flowsim.ccsim`) against the same max-min reference."""
     registry = sim_policies()
     for name in policies:
         registry.create(name, config.params)  # unknown names and bad parameters fail before any work
+    if cc is not None:
+        check_supported(workload, list(policies), config.params)
     total = len(policies) + 1
 
     def part(i: int, label: str) -> Progress | None:
@@ -70,11 +93,18 @@ def simulate(
     ideal = Simulator(network, workload, replace(config, ideal=True), part(0, "ideal")).run()
     runs: dict[str, PolicyRun] = {}
     for i, name in enumerate(policies, 1):
-        result = Simulator(network, workload, replace(config, policy=name), part(i, name)).run()
-        runs[name] = PolicyRun(result, summarise(result, ideal, network, workload))
+        policy_config = replace(config, policy=name)
+        if cc is None:
+            result = Simulator(network, workload, policy_config, part(i, name)).run()
+            runs[name] = PolicyRun(result, summarise(result, ideal, network, workload))
+        else:
+            result, stats = CcSimulator(network, workload, policy_config, cc, part(i, name)).run()
+            runs[name] = PolicyRun(
+                result, {**summarise(result, ideal, network, workload), "cc": stats.block()}
+            )
         if progress is not None:
             progress((i + 1) / total, f"{name} done")
-    return Outcome(network, workload, ideal, runs, config, scenario)
+    return Outcome(network, workload, ideal, runs, config, scenario, cc)
 
 
 def reference_run(network: Network, workload: Workload, config: SimConfig) -> dict[str, Any]:
@@ -86,4 +116,4 @@ def reference_run(network: Network, workload: Workload, config: SimConfig) -> di
     return out
 
 
-__all__ = ["Outcome", "PolicyRun", "reference_run", "simulate"]
+__all__ = ["Outcome", "PolicyRun", "cc_context", "reference_run", "simulate"]

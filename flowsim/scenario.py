@@ -25,9 +25,11 @@ from dataclasses import replace
 import numpy as np
 
 from emulation import workplan
-from emulation.scenario import RoceCollective, Scenario, collective_ranks
-from flowsim.network import Network
+from emulation.scenario import RoceCollective, RoceIncast, Scenario, collective_ranks, nic_gbps
+from flowsim.ccsim import CcSetup
+from flowsim.network import Network, SimInputError
 from flowsim.workload import Collective, FlowBatch, Workload, collective
+from traffic.dcqcn import DcqcnParams
 from traffic.entropy import QP_BASE, QP_SPACE, flow_sports, pair_qp
 from traffic.figures import JobInfo
 from traffic.patterns import bus_factor
@@ -108,6 +110,30 @@ def workload_of(scenario: Scenario, network: Network) -> Workload:
     return Workload(tuple(batches), tuple(collectives), faults, label=f"scenario {spec.name}",
                     pacers_gbps=np.array(pacers, dtype=np.float64), jobs=tuple(infos),
                     buffer_bytes=buffer)  # fmt: skip
+
+
+def cc_setup(scenario: Scenario, network: Network, enabled: bool = True) -> CcSetup:
+    """DCQCN for the scenario's RoCE senders at the network's speeds: `Scenario.dcqcn` of every host's NIC
+    (at the scenario's scale, or at real speeds when the network is built without it), each job's packet
+    size, and which jobs are incasts.  `enabled=False`: the same run with the controllers off."""
+    at = scenario if network.scale is not None else replace(scenario, scale=None)
+    if scenario.spec.cc != "dcqcn":
+        at = at.with_cc("dcqcn")
+    by_speed: dict[float, DcqcnParams] = {}
+    line = np.zeros(network.n_hosts)
+    for e, endpoint in enumerate(network.subnet.endpoints):
+        speed = nic_gbps(scenario.fabric, endpoint.node) or float(network.subnet.ep_bw_gbps[e])
+        if speed not in by_speed:
+            params = at.dcqcn(speed)
+            assert params is not None
+            by_speed[speed] = params
+        line[e] = by_speed[speed].line_rate_bps
+    if not by_speed:
+        raise SimInputError("dcqcn: the fabric has no hosts", "cc")
+    params = next(iter(by_speed.values()))
+    frames = {job.index: job.frame_bytes for job in workplan.jobs(scenario) if job.frame_bytes is not None}
+    incasts = frozenset(i for i, item in enumerate(scenario.spec.traffic) if isinstance(item, RoceIncast))
+    return CcSetup(params, line, enabled, frames, incasts)
 
 
 def _one_phase(
@@ -196,4 +222,4 @@ def _posted(
     return batch, len(previous)
 
 
-__all__ = ["workload_of"]
+__all__ = ["cc_setup", "workload_of"]

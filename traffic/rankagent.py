@@ -8,7 +8,9 @@ the step before (sent all its messages of that step and received all it expects)
 Messages that may go are interleaved round robin, one packet at a time, at the job's paced rate (or the
 NIC's line rate), never faster than the NIC.
 
-Senders are open-loop (no congestion control): a packet the fabric drops is lost, not resent.  So a
+With `cc` in the plan (a scenario's `cc: dcqcn`) every QP runs DCQCN (`traffic.ccagent`): it is spaced at
+its own rate, CE-marked packets it receives are answered with CNPs and CNPs cut the rate of the QP they
+name.  Senders never retransmit: a packet the fabric drops is lost, not resent.  So a
 receive counts as finished when every packet came, or when its QP went quiet for `stall_s` after some of
 it (or a later message) arrived — the rest was lost — and a whole step's receives are given up when
 nothing came for `5 x stall_s` after this rank had sent its part: a collective under loss slows down by
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import json
 import random
 import select
@@ -30,9 +33,14 @@ from typing import Any
 
 from scapy.contrib.roce import BTH
 
+from traffic.ccagent import CNP_DSCP, CcAgent, params_from_plan
 from traffic.entropy import spray_sport
 from traffic.fastpath import FrameTemplate, Receiver, raw_socket, socket_drops
-from traffic.roce import DEFAULT_PKEY, Endpoints, frame, op
+from traffic.roce import DEFAULT_PKEY, Endpoints, cnp, frame, op
+
+#: Offsets in a RoCEv2 frame (Ethernet, IPv4 without options, UDP, BTH).
+TOS_AT, BTH_AT = 15, 42
+CNP_OPCODE = 0x81
 
 #: A pacer may catch up this much after a late wake-up (so timer jitter does not lower the rate).
 SLACK_S = 0.002
@@ -138,6 +146,19 @@ class Agent:
         self.sent_packets = 0
         #: QPs with a message at their pacer: the next message of the QP waits until that one has gone.
         self.busy: set[int] = set()
+        self.cc: CcAgent | None = None
+        self.cnp_frames: dict[tuple[bytes, bytes, int], bytes] = {}
+        if plan.get("cc"):
+            self.cc = CcAgent(params_from_plan(plan["cc"]), self._qp_max_bps(jobs), self.start_at)
+
+    def _qp_max_bps(self, jobs: dict[str, Any]) -> dict[int, float]:
+        """Each sending QP's highest DCQCN rate: its job's paced rate where one is given."""
+        out: dict[int, float] = {}
+        for s in self.sends:
+            job = jobs[str(s.job)]
+            if job.get("rate_pps"):
+                out[s.qp] = float(job["rate_pps"]) * 8.0 * float(job["frame_bytes"])
+        return out
 
     # --- what may go --------------------------------------------------------------------------------
 
@@ -179,6 +200,12 @@ class Agent:
                     nxt = min(nxt, pacer.due)
                     break
                 send = pacer.active[0]
+                if self.cc is not None and self.cc.next_send_s(send.qp) > now:
+                    ready = self._cc_ready(pacer, now)
+                    if ready is None:
+                        nxt = min(nxt, *(self.cc.next_send_s(s.qp) for s in pacer.active))
+                        break
+                    send = ready
                 psn = send.psn + send.sent
                 sport = spray_sport(psn, send.spray) if send.spray is not None else None
                 try:
@@ -197,6 +224,8 @@ class Agent:
                 pacer.due = max(pacer.due, now - SLACK_S) + pacer.interval_s * (
                     0.75 + 0.5 * self.rng.random()
                 )
+                if self.cc is not None:
+                    self.cc.on_sent(send.qp, len(send.template.frame), now)
                 if self.nic_bps:
                     bits = 8.0 * len(send.template.frame)
                     self.nic_due = max(self.nic_due, now - SLACK_S) + bits / self.nic_bps
@@ -207,7 +236,40 @@ class Agent:
                     self.busy.discard(send.qp)  # the next message of this QP may go
         return nxt
 
+    def _cc_ready(self, pacer: Pacer, now: float) -> Send | None:
+        """The first message of the pacer whose QP's DCQCN rate lets it send now, rotated to the front."""
+        assert self.cc is not None
+        for k, send in enumerate(pacer.active):
+            if self.cc.next_send_s(send.qp) <= now:
+                pacer.active.rotate(-k)
+                return send
+        return None
+
     # --- receiving ----------------------------------------------------------------------------------
+
+    def _congestion(self, data: bytes, now: float) -> bool:
+        """DCQCN's frames: True for a CNP (handled here, not data); a CE-marked data packet is answered."""
+        assert self.cc is not None
+        qp = int.from_bytes(data[47:50], "big")
+        if data[BTH_AT] == CNP_OPCODE:
+            self.cc.on_cnp(qp, now)
+            return True
+        if self.cc.on_data(qp, data[TOS_AT] & 3 == 3, now):
+            with contextlib.suppress(BlockingIOError, OSError):  # a CNP lost here is one a switch could drop
+                self.sock.send(self._cnp_frame(data, qp))
+        return False
+
+    def _cnp_frame(self, data: bytes, qp: int) -> bytes:
+        """The CNP back to the sender of `data`'s QP (built once per sender and QP)."""
+        key = (data[6:12], data[26:30], qp)
+        cached = self.cnp_frames.get(key)
+        if cached is None:
+            peer_ip = ".".join(str(b) for b in data[26:30])
+            pkey = int.from_bytes(data[44:46], "big")
+            ep = Endpoints(self.plan["src_mac"], data[6:12].hex(":"), self.plan["src_ip"], peer_ip, dqpn=qp,
+                           pkey=pkey, dscp=CNP_DSCP, ecn=0)  # fmt: skip
+            cached = self.cnp_frames[key] = bytes(cnp(ep))
+        return cached
 
     def _receive(self, now: float) -> None:
         while True:
@@ -215,6 +277,13 @@ class Agent:
                 data = self.sock.recv(65535)
             except (BlockingIOError, InterruptedError):
                 return
+            if (
+                self.cc is not None
+                and len(data) > BTH_AT + 12
+                and data[36:38] == b"\x12\xb7"
+                and self._congestion(data, now)
+            ):
+                continue
             if not self.receiver.handle(data, now):
                 continue
             qp = int.from_bytes(data[47:50], "big")
@@ -284,6 +353,8 @@ class Agent:
     def begin_at(self, start_at: float) -> None:
         """The common start (wall clock) every host's agent was given."""
         self.start_at = start_at
+        if self.cc is not None:
+            self.cc.start_s = start_at
         self.deadline = start_at + float(self.plan["deadline_s"])
 
     def finished(self) -> bool:
@@ -318,6 +389,7 @@ class Agent:
             "steps_done": {str(j): t for j, t in self.steps_done.items()},
             "other_frames": self.receiver.other,
             "socket_drops": socket_drops(self.sock),
+            "cc": self.cc.report(time.time()) if self.cc is not None else None,
         }
 
 

@@ -27,11 +27,14 @@ from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import SubnetManager
 from controller.sm.policies import PolicyChoice, PolicyError, default_policies
 from emulation import calibrate as calibration
+from emulation import ccrun
+from emulation.ccspec import dcqcn_params
+from emulation.ecnmark import ecn_marking_available
 from emulation.lifecycle import Stopped, stop_on_signals
 from emulation.mnfabric import EmulationError, MininetFabric, Scale, mininet_available
 from emulation.ovs import OvsDaemon
 from emulation.runner import capacity_warnings, run_scenario
-from emulation.scenario import Scenario, ScenarioError, emulator_refuses, load_scenario
+from emulation.scenario import Scenario, ScenarioError, emulator_refuses, load_scenario, nic_gbps
 from emulation.session import UpOptions, run_up
 from emulation.shards import CABLES, CROSSINGS, uses_patch
 from emulation.shards import plan as shard_plan
@@ -89,6 +92,9 @@ def register(commands: Any) -> None:
         help="partitions the controller this starts enforces (OpenSM partitions.conf or YAML)",
     )
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: wait for Ctrl-C or SIGTERM")
+    up.add_argument("--cc", choices=CC_CHOICES, default="none",
+                    help="dcqcn: ECN marking (DCQCN's profile) at every shaped switch egress "
+                    "(needs --scale)")  # fmt: skip
     up.add_argument(
         "--name-prefix",
         default="",
@@ -169,6 +175,7 @@ def register(commands: Any) -> None:
                      help="switches on N ovs-vswitchd instances (docs/sharding.md)")  # fmt: skip
     run.add_argument("--crossing", choices=CROSSINGS, default="veth",
                      help="cables between shards: veth or VXLAN tunnels (default veth)")  # fmt: skip
+    run.add_argument("--cc", choices=CC_CHOICES, help=CC_HELP)
     run.set_defaults(handler=scenario_run)
 
     compare = commands.add_parser(
@@ -189,7 +196,35 @@ def register(commands: Any) -> None:
         help="the fabric's calibrated clean capacity (JSON with per_host_pps, total_pps): compared with the "
         "load the scenario offers",
     )
+    compare.add_argument("--cc", choices=CC_CHOICES, help=CC_HELP)
     compare.set_defaults(handler=compare_policies)
+
+
+CC_CHOICES = ("none", "dcqcn")
+CC_HELP = "congestion control of the RoCE senders (default: the file's `cc:`; docs/congestion.md)"
+
+
+def _with_cc(scenario: Scenario, cc: str | None, shards: int = 1) -> Scenario:
+    """The scenario under `--cc` (if given); refused if this emulator cannot run its congestion control."""
+    if cc is not None:
+        scenario = scenario.with_cc(cc)
+    refused = ccrun.refuses(scenario, shards)
+    if refused:
+        raise CliError(f"--cc: {refused}" if cc is not None else refused)
+    return scenario
+
+
+def _up_marking(args: argparse.Namespace, fabric: Any, scale: Scale | None) -> Any:
+    """`emulate up --cc dcqcn`: the DCQCN marking profile of every shaped switch egress (None: none)."""
+    if args.cc != "dcqcn":
+        return None
+    if scale is None or args.shards > 1 or args.qos is not None:
+        raise CliError("--cc dcqcn: needs --scale, and works without --shards and --qos (docs/congestion.md)")
+    refused = ecn_marking_available()
+    if refused:
+        raise CliError(f"--cc dcqcn: {refused}")
+    speed = next((s for h in fabric.hosts if (s := nic_gbps(fabric, h.name))), None)
+    return dcqcn_params(None, speed or 1.0, scale.factor)
 
 
 #: A day: longer is not waiting for a controller, it is hanging.
@@ -238,6 +273,7 @@ def scenario_run(args: argparse.Namespace) -> int:
     refused = emulator_refuses(scenario)
     if refused:  # before anything is built or written
         raise ScenarioError(refused, file=str(scenario.file))
+    scenario = _with_cc(scenario, args.cc, args.shards)
     if args.shards > 1:
         if scenario.partitions_file is not None or scenario.qos is not None:
             raise CliError("--shards: partitions and QoS queues are not supported on a sharded fabric yet")
@@ -335,7 +371,7 @@ def compare_policies(args: argparse.Namespace) -> int:
     anything is built."""
     from emulation.compare import run_compare  # noqa: PLC0415 - matplotlib and Mininet only when running
 
-    scenario = load_scenario(args.file)
+    scenario = _with_cc(load_scenario(args.file), args.cc)
     output = args.output or _default_output(scenario, "-compare")
     results.check(output, "compare", args.force)
     only_sim = [p.strip() for p in args.policies.split(",") if p.strip() in SIMULATED_ONLY]
@@ -376,6 +412,11 @@ def compare_policies(args: argparse.Namespace) -> int:
             f"{_g((f['goodput_gbps'] or 0) * 1e3)} Mb/s, FCT slowdown p99 {_g(f['fct_slowdown_p99'])}, "
             "max util "
             f"{f['max_link_util']}, lost {f['lost_packets']}, reordered {f['reordered_packets']}"
+            + (
+                f", CNPs {f['cc']['cnps_sent']}, marked {_g(f['cc']['marked_fraction'])}"
+                if f["cc"]["cc"] == "dcqcn"
+                else ""
+            )
             + (" (EMULATOR OVERLOADED)" if f["emulator_overloaded"] else "")
         )
     print(f"results: {output}/summary.json, {output}/report.md, {output}/report.html")
@@ -492,6 +533,7 @@ def emulate_up(args: argparse.Namespace) -> int:
         raise CliError("--crossing: only with --shards 2 or more")
     elif args.shard_cables != "auto":
         raise CliError("--shard-cables: only with --shards 2 or more")
+    marking = _up_marking(args, fabric, scale)
     check_bindable(listeners)
     try:
         token = token_from_env(os.environ.get(TOKEN_ENV))
@@ -516,6 +558,7 @@ def emulate_up(args: argparse.Namespace) -> int:
         shards=args.shards,
         crossing=args.crossing,
         shard_cables=args.shard_cables,
+        dcqcn=marking,
     )
     stop_on_signals()  # first: a signal from here on stops cleanly, OVS included
     daemon: OvsDaemon | None = None

@@ -1,6 +1,7 @@
 """`fabriclab sim` and `fabriclab sweep`: the flow-level simulator's commands.
 
     fabriclab sim scenarios/moe-alltoall-4096gpu.yaml --policies static,ecmp,spray,adaptive -o results/sim
+    fabriclab sim scenarios/permutation-k4.yaml --policies static,ecmp,spray --cc dcqcn -o results/cc
     fabriclab sim --topology topologies/leaf-spine-32x32.yaml --traffic permutation --seed 1 \\
                   --policies ecmp,spray -o results/perm
     fabriclab sweep sweeps/policies-vs-size.yaml -o results/sweep [--dask tcp://127.0.0.1:8786]
@@ -25,13 +26,14 @@ from emulation.scenario import Scenario, load_scenario
 from fabriclab.cli import results
 from fabriclab.cli.common import SEED, CliError, load_fabric
 from fabriclab.cli.progress import console_progress
+from flowsim.ccsim import check_supported
 from flowsim.engine import SimConfig
 from flowsim.metrics import FIELDS
 from flowsim.network import Network
 from flowsim.policies import sim_policies
 from flowsim.report import write_report
 from flowsim.run import reference_run, simulate
-from flowsim.scenario import workload_of
+from flowsim.scenario import cc_setup, workload_of
 from flowsim.sweep import SweepError, load_sweep, run_dask, run_local, sweep_digest, write_sweep
 from flowsim.workload import ADHOC, adhoc
 from traffic.errors import TrafficError, parse_hosts, parse_size
@@ -72,6 +74,12 @@ def register(commands: Any) -> None:
         type=Path,
         metavar="SUMMARY",
         help="the summary.json of `fabriclab compare` on the same scenario: writes comparison.json",
+    )
+    sim.add_argument(
+        "--cc",
+        choices=("none", "dcqcn"),
+        help="congestion control of the RoCE senders, overriding the scenario's `cc:` (dcqcn: a fluid DCQCN "
+        "model; none: ideal max-min)",
     )
     sim.add_argument(
         "--real-speed",
@@ -125,6 +133,8 @@ def run_sim(args: argparse.Namespace) -> int:
                 "--traffic/--hosts are for ad hoc runs (--topology); a scenario has its own traffic"
             )
         scenario = load_scenario(args.scenario)
+        if args.cc is not None:
+            scenario = scenario.with_cc(args.cc)
         c = scenario.spec.controller
         base = PolicyParams(c.interval_ms, c.threshold, c.hysteresis)
         policies = registry.parse_list(c.policy if args.policies is None else args.policies)
@@ -133,6 +143,7 @@ def run_sim(args: argparse.Namespace) -> int:
         network = Network.build(scenario.fabric, None if args.real_speed else scenario.scale)
         workload = workload_of(scenario, network)
         name = scenario.spec.name
+        cc = cc_setup(scenario, network) if scenario.spec.cc == "dcqcn" else None
     else:
         if not args.traffic:
             raise CliError(f"--traffic: needed with --topology ({' | '.join(ADHOC)})")
@@ -148,6 +159,10 @@ def run_sim(args: argparse.Namespace) -> int:
         name = None
         if args.compare or args.real_speed:
             raise CliError("--compare/--real-speed: for scenario files (the emulator runs scenarios)")
+        if args.cc == "dcqcn":
+            raise CliError("--cc: dcqcn needs a scenario file (its RoCE traffic, `dcqcn:` parameters, scale "
+                           "and buffers)")  # fmt: skip
+        cc = None
     if engine not in default_registry():
         raise CliError(
             f"--engine: unknown routing engine {engine!r} ({', '.join(default_registry().names())})"
@@ -155,9 +170,11 @@ def run_sim(args: argparse.Namespace) -> int:
     params = _params(args, base)
     emulation = _read_compare(args.compare) if args.compare else None
     config = SimConfig(params=params, engine=engine, seed=seed, aggregate=args.aggregate)
+    if cc is not None:
+        check_supported(workload, policies, params)  # before any work: what the DCQCN model cannot run
     started = time.perf_counter()
     with console_progress() as show:
-        outcome = simulate(network, workload, policies, config, show, scenario=name)
+        outcome = simulate(network, workload, policies, config, show, scenario=name, cc=cc)
     with results.results_dir(args.output, "sim", args.force) as folder:
         summary = write_report(outcome, folder, emulation)
     print(f"{network.fabric.summary()}; {workload.label}; links {network.link_speeds}; "
@@ -167,6 +184,12 @@ def run_sim(args: argparse.Namespace) -> int:
             f"{f}={row[f]:.4g}" if isinstance(row[f], float) else f"{f}={row[f]}" for f in FIELDS
         )
         print(f"{policy:<9} {shown}")
+        if "cc" in row:
+            b = row["cc"]
+            jain = "-" if b["jain_senders"] is None else f"{b['jain_senders']:.3f}"
+            print(f"{'':<9} cc={b['cc']}  cnps={b['cnps_sent']}  marked={b['marked_fraction']:.3g}  "
+                  f"loss_pct={b['loss_pct']:.3g}  peak_queue_bytes={b['peak_queue_bytes']:.0f}  "
+                  f"jain_senders={jain}")  # fmt: skip
     if "emulation_comparison" in summary:
         c = summary["emulation_comparison"]
         verdict = ("NOT COMPARABLE: " + str(c["why_not"])) if not c["comparable"] else (
