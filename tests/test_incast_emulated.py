@@ -56,9 +56,9 @@ def test_dcqcn_keeps_the_incast_lossless_busy_and_fair(runs: dict[str, dict[str,
     cc = cc_figures(runs["dcqcn"]["repetitions"])
     assert cc["cnps_sent"] > 0 and cc["cnps_received"] > 0 and cc["rate_cuts"] > 0
     assert cc["switch_marked"] > 0 and cc["ports_with_marks"] >= 1
-    assert dcqcn["loss_pct"] < none["loss_pct"] / 4
     if overloaded(runs["dcqcn"]) or overloaded(runs["none"]):
         pytest.skip("the emulator was overloaded: only what holds at any load was checked")
+    assert dcqcn["loss_pct"] < none["loss_pct"] / 4
     assert dcqcn["loss_pct"] < 1.0
     assert dcqcn["bottleneck_goodput"] >= 0.9
     assert dcqcn["jain"] >= 0.9
@@ -80,9 +80,11 @@ def test_marks_happen_at_the_receivers_port(runs: dict[str, dict[str, Any]]) -> 
 
 def test_the_victim_keeps_its_rate(runs: dict[str, dict[str, Any]]) -> None:
     victim = incast(runs["dcqcn"], job=1)
-    assert victim["received_packets"] == victim["sent_packets"] == 256
-    if not overloaded(runs["dcqcn"]):
-        assert victim["rate_fraction"][0] >= 0.8
+    assert victim["sent_packets"] == 256
+    if overloaded(runs["dcqcn"]):
+        pytest.skip("the emulator was overloaded: the victim's delivery is not judged")
+    assert victim["received_packets"] == 256
+    assert victim["rate_fraction"][0] >= 0.8
 
 
 def test_cnps_and_rates_are_reported_per_qp(runs: dict[str, dict[str, Any]]) -> None:

@@ -176,7 +176,10 @@ def test_static_ftree_is_collision_free_on_a_shift_permutation(daemon: OvsDaemon
     assert static["flows_per_link"] == {"max": 1, "links_with_2plus_flows": 0, "placed_flows": 16,
                                         "sprayed_flows": 0}  # fmt: skip
     (headroom,) = static["headroom"]
-    assert headroom["modelled_congestion_drops"] == 0  # no shaped link was ever full
+    # One flow per link at 70 % of it: a shaped link overflows only when a sender delayed by the busy
+    # machine catches up in a burst longer than the 4-packet buffer -- rare, never systematic (a collision
+    # would drop ~30 % of a flow)
+    assert headroom["modelled_congestion_drops"] <= 0.005 * headroom["offered_packets"], headroom
     assert static["loss_pct"] < 0.5 and static["max_link_util"] < 0.85
 
 
