@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +37,10 @@ from traffic.roce import DEFAULT_PKEY
 
 #: A receive is given up this long after its QP went quiet, at least (see `traffic.rankagent`).
 MIN_STALL_S = 0.2
+
+#: The receivers count deliveries per job in bins this wide (from the common start), which an incast's
+#: goodput while it oversubscribes its link is judged by.
+ARRIVAL_BIN_S = 0.1
 
 
 @dataclass
@@ -172,7 +177,8 @@ def _agent_plan(
     }  # fmt: skip
     return {"iface": net.intf_name(host, 1), "src_mac": mac, "src_ip": ip, "start_at": None,
             "deadline_s": deadline_s, "nic_bps": run.nic_bps.get(host), "stall_s": stall_s, "jobs": jobs,
-            "sends": sends, "recvs": recvs, "cc": run.dcqcn.get(host)}  # fmt: skip
+            "sends": sends, "recvs": recvs, "cc": run.dcqcn.get(host),
+            "arrival_bin_s": ARRIVAL_BIN_S}  # fmt: skip
 
 
 def go(run: RoceRun, start_at: float) -> None:
@@ -203,14 +209,21 @@ def finish(run: RoceRun) -> dict[str, Any]:
                         "first_sent_s": _rel(first, t0), "last_sent_s": _rel(last, t0),
                         "done_s": _rel(done_at, t0)})  # fmt: skip
     qps: dict[int, dict[str, Any]] = {}
+    arrivals: dict[int, dict[int, int]] = {}
     for report in reports.values():
         for qp, stats in report.get("qps", {}).items():
             qps[int(qp)] = stats
-    return {"collectives": _collectives(run, records, qps), "replays": _replays(run, records),
+        for job, bins in report.get("arrivals", {}).items():
+            mine = arrivals.setdefault(int(job), {})
+            for b, n in bins.items():
+                mine[int(b)] = mine.get(int(b), 0) + int(n)
+    return {"collectives": _collectives(run, records, qps), "replays": _replays(run, records, arrivals),
             "messages": records, "start_at": t0, "cc": _cc(run, reports, records)}  # fmt: skip
 
 
-def _replays(run: RoceRun, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _replays(
+    run: RoceRun, records: list[dict[str, Any]], arrivals: dict[int, dict[int, int]]
+) -> list[dict[str, Any]]:
     """Per trace or KV-cache job: its messages, how much arrived, and first post to last delivery."""
     out = []
     for job in run.jobs:
@@ -227,15 +240,26 @@ def _replays(run: RoceRun, records: list[dict[str, Any]]) -> list[dict[str, Any]
             "packets_expected": sum(r["packets"] for r in mine),
             "packets_received": sum(r["received"] for r in mine),
             "seconds": round(max(ends) - start, 4) if ends else None,
-            **({"incast": incast_figures(run, job, mine)} if job.kind == "roce-incast" else {}),
+            **({"incast": incast_figures(run, job, mine, arrivals.get(job.index, {}))}
+               if job.kind == "roce-incast" else {}),
         })  # fmt: skip
     return out
 
 
-def incast_figures(run: RoceRun, job: Job, mine: list[dict[str, Any]]) -> dict[str, Any]:
-    """An incast as the issue scores it: packets lost, the receiver link's goodput (frames delivered over
-    the incast's span, as a fraction of the link's rate), Jain's fairness of the senders' delivered rates,
-    and each sender's rate (also as a fraction of the job's `rate_pps`, the victim's figure)."""
+def incast_figures(
+    run: RoceRun, job: Job, mine: list[dict[str, Any]], arrivals: dict[int, int] | None = None
+) -> dict[str, Any]:
+    """An incast as the issue scores it: packets lost, the receiver link's goodput, Jain's fairness of the
+    senders' delivered rates, and each sender's rate (also as a fraction of the job's `rate_pps`, the
+    victim's figure).
+
+    Goodput is frames delivered per second over the link's rate, twice: `bottleneck_goodput` while the
+    incast oversubscribes the link (from the first packet sent until the senders still sending could offer
+    no more than the link carries, each at most its `rate_pps` and its NIC), counted from the receiver's
+    0.1 s arrival bins — what congestion control is answerable for; and `span_goodput` over the whole span,
+    first packet sent to last delivered, which also has the tail where fewer senders than the link needs
+    are left (DCQCN's senders finish a little apart, since its random marks never split a link exactly
+    evenly)."""
     sent = sum(int(r["sent"]) for r in mine)
     got = sum(int(r["received"]) for r in mine)
     rates = []
@@ -250,6 +274,8 @@ def incast_figures(run: RoceRun, job: Job, mine: list[dict[str, Any]]) -> dict[s
     link_bps = run.nic_bps.get(receiver) if receiver else None
     frame = job.frame_bytes or 0
     goodput = got * frame * 8 / span / link_bps if span > 0 and link_bps else None
+    window = _oversubscribed(run, job, mine, link_bps)
+    busy = _window_goodput(arrivals or {}, window, frame, link_bps)
     square = sum(x * x for x in rates)
     return {
         "senders": len(mine),
@@ -258,11 +284,52 @@ def incast_figures(run: RoceRun, job: Job, mine: list[dict[str, Any]]) -> dict[s
         "received_packets": got,
         "loss_pct": round(100.0 * (sent - got) / sent, 3) if sent else None,
         "span_s": round(span, 4),
-        "bottleneck_goodput": round(goodput, 4) if goodput is not None else None,
+        "oversubscribed_s": [round(t, 3) for t in window] if window else None,
+        "bottleneck_goodput": round(busy, 4) if busy is not None else None,
+        "span_goodput": round(goodput, 4) if goodput is not None else None,
         "jain": round(sum(rates) ** 2 / (len(rates) * square), 4) if square > 0 else None,
         "sender_pps": [round(x, 2) for x in rates],
         "rate_fraction": [round(x / job.rate_pps, 4) for x in rates] if job.rate_pps else None,
     }
+
+
+def _oversubscribed(
+    run: RoceRun, job: Job, mine: list[dict[str, Any]], link_bps: float | None
+) -> tuple[float, float] | None:
+    """From the first packet sent until the senders still sending can offer at most `link_bps` (a sender
+    offers its `rate_pps` frames, or its NIC's rate, whichever is less); None if they never could."""
+    frame_bits = 8.0 * (job.frame_bytes or 0)
+    spans = [(r["first_sent_s"], r["last_sent_s"], r["src"]) for r in mine
+             if r["first_sent_s"] is not None and r["last_sent_s"] is not None]  # fmt: skip
+    if not spans or not link_bps or not frame_bits:
+        return None
+    offers = []
+    for _, last, src in spans:
+        nic = run.nic_bps.get(src) or float("inf")
+        offers.append((last, min(nic, job.rate_pps * frame_bits) if job.rate_pps else nic))
+    offered = sum(o for _, o in offers)
+    if offered <= link_bps:
+        return None
+    start = min(first for first, _, _ in spans)
+    for last, offer in sorted(offers):
+        offered -= offer
+        if offered <= link_bps:
+            return (start, last)
+    return None  # unreachable: the last sender leaves nothing on offer
+
+
+def _window_goodput(
+    arrivals: dict[int, int], window: tuple[float, float] | None, frame_bytes: int, link_bps: float | None
+) -> float | None:
+    """Frames delivered in the arrival bins wholly inside `window`, over what the link carries in them;
+    None when fewer than 10 bins (1 s) fit."""
+    if window is None or not link_bps or not frame_bytes:
+        return None
+    first, last = math.ceil(window[0] / ARRIVAL_BIN_S), math.floor(window[1] / ARRIVAL_BIN_S)
+    if last - first < 10:
+        return None
+    got = sum(arrivals.get(b, 0) for b in range(first, last))
+    return got * frame_bytes * 8 / ((last - first) * ARRIVAL_BIN_S) / link_bps
 
 
 def _cc(run: RoceRun, reports: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> dict[str, Any]:

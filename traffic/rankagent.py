@@ -15,7 +15,8 @@ receive counts as finished when every packet came, or when its QP went quiet for
 it (or a later message) arrived — the rest was lost — and a whole step's receives are given up when
 nothing came for `5 x stall_s` after this rank had sent its part: a collective under loss slows down by
 those waits instead of hanging.  The report (JSON on stdout) has per message when it was sent and when and
-how completely it arrived, per QP the receiver's PSN accounting, and the socket's own drops.
+how completely it arrived, per job the packets delivered per 0.1 s, per QP the receiver's PSN accounting,
+and the socket's own drops.
 """
 
 from __future__ import annotations
@@ -144,6 +145,10 @@ class Agent:
         self.qp_top: dict[int, int] = {}
         self.first_sent: float | None = None
         self.sent_packets = 0
+        #: job -> bin (`arrival_bin_s` wide, from start_at) -> data packets delivered to that job's receives:
+        #: what this host's link carried over time.
+        self.arrival_bin_s = float(plan.get("arrival_bin_s", 0.1))
+        self.arrivals: dict[int, dict[int, int]] = {}
         #: QPs with a message at their pacer: the next message of the QP waits until that one has gone.
         self.busy: set[int] = set()
         self.cc: CcAgent | None = None
@@ -301,6 +306,11 @@ class Agent:
                 continue
             r.received += 1
             r.last_at = now
+            if r.finished and not r.complete:
+                r.done_at = now  # given up while its QP was quiet, yet more came: its last delivery
+            bins = self.arrivals.setdefault(r.job, {})
+            at = int((now - self.start_at) / self.arrival_bin_s)
+            bins[at] = bins.get(at, 0) + 1
             if r.received >= r.packets and not r.finished:
                 r.finished = r.complete = True
                 r.done_at = now
@@ -385,6 +395,9 @@ class Agent:
             "sent_packets": self.sent_packets,
             "sends": {str(s.id): [s.first, s.last, s.sent] for s in self.sends},
             "recvs": {str(r.id): [r.received, r.done_at, r.complete] for r in self.recvs},
+            "arrivals": {
+                str(j): {str(b): n for b, n in sorted(bins.items())} for j, bins in self.arrivals.items()
+            },
             "qps": {str(k): v.as_dict() for k, v in sorted(self.receiver.qps.items())},
             "steps_done": {str(j): t for j, t in self.steps_done.items()},
             "other_frames": self.receiver.other,
