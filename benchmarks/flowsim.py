@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from benchmarks.out import out_file, write_out  # noqa: E402
+from benchmarks.out import emit, out_file  # noqa: E402
 from flowsim import maxmin  # noqa: E402
 from flowsim.engine import SimConfig, Simulator  # noqa: E402
 from flowsim.network import Network, route_fabric  # noqa: E402
@@ -274,11 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     if "scaling" in parts:
         report["scaling"] = part_scaling(args.quick, args.max_k)
     report["load_end"] = load()
-    text = json.dumps(report, indent=2) + "\n"
-    if args.out:
-        write_out(args.out, text)
-    else:
-        sys.stdout.write(text)
+    emit(report, args.out)
     return 0
 
 

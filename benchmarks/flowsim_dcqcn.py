@@ -24,7 +24,6 @@ Every part reports the machine's load average before and after:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -42,7 +41,7 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from benchmarks.out import out_file, write_out  # noqa: E402
+from benchmarks.out import emit, out_file  # noqa: E402
 from emulation.scenario import load_scenario  # noqa: E402
 from flowsim.ccmodel import convergence_s, predicted_convergence_s  # noqa: E402
 from flowsim.ccsim import CcSimulator  # noqa: E402
@@ -262,11 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             seeds = [1] if args.quick else [int(s) for s in args.seeds.split(",")]
             report["convergence"] = part_convergence(folder, seeds)
     report["load_end"] = load()
-    text = json.dumps(report, indent=2) + "\n"
-    if args.out:
-        write_out(args.out, text)
-    else:
-        sys.stdout.write(text)
+    emit(report, args.out)
     return 0
 
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import secrets
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def out_file(text: str) -> Path:
@@ -42,4 +45,13 @@ def write_out(path: Path, text: str) -> None:
             tmp.unlink()
 
 
-__all__ = ["out_file", "write_out"]
+def emit(report: dict[str, Any], path: Path | None) -> None:
+    """A benchmark's report as indented JSON: into `path` (whole or not at all), or on stdout."""
+    text = json.dumps(report, indent=2) + "\n"
+    if path:
+        write_out(path, text)
+    else:
+        sys.stdout.write(text)
+
+
+__all__ = ["emit", "out_file", "write_out"]

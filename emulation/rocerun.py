@@ -240,10 +240,18 @@ def _replays(
             "packets_expected": sum(r["packets"] for r in mine),
             "packets_received": sum(r["received"] for r in mine),
             "seconds": round(max(ends) - start, 4) if ends else None,
+            "delivered": _series(arrivals.get(job.index, {})),
             **({"incast": incast_figures(run, job, mine, arrivals.get(job.index, {}))}
                if job.kind == "roce-incast" else {}),
         })  # fmt: skip
     return out
+
+
+def _series(bins: dict[int, int]) -> dict[str, Any]:
+    """The job's packets delivered per bin, from the common start to its last delivery: how fast each
+    job's receivers got it over time (two flows converging are judged by this)."""
+    last = max((b for b in bins if b >= 0), default=-1)
+    return {"bin_s": ARRIVAL_BIN_S, "packets": [bins.get(b, 0) for b in range(last + 1)]}
 
 
 def incast_figures(
