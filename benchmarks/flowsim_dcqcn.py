@@ -13,7 +13,7 @@ Prints (or writes with --out) one JSON document:
   (what `cc: none` senders do), and DCQCN — loss, bottleneck utilisation, Jain, peak queue.
 * `convergence` — two line-rate flows into one 100G link (at 1/100 speed), the second 1 s later: when
   their rates come within 10 % and stay (20-period averages, held 100 periods), per seed, against
-  `flowsim.ccmodel.predicted_convergence_s`.
+  `flowsim.fluidmodel.predicted_convergence_s` (the DCQCN paper's fluid model).
 
 Every part reports the machine's load average before and after:
 
@@ -43,9 +43,10 @@ import numpy as np  # noqa: E402
 
 from benchmarks.out import emit, out_file  # noqa: E402
 from emulation.scenario import load_scenario  # noqa: E402
-from flowsim.ccmodel import convergence_s, predicted_convergence_s  # noqa: E402
+from flowsim.ccmodel import convergence_s  # noqa: E402
 from flowsim.ccsim import CcSimulator  # noqa: E402
 from flowsim.engine import SimConfig, Simulator  # noqa: E402
+from flowsim.fluidmodel import predicted_convergence_s  # noqa: E402
 from flowsim.metrics import summarise  # noqa: E402
 from flowsim.network import Network  # noqa: E402
 from flowsim.scenario import cc_setup, workload_of  # noqa: E402
@@ -207,11 +208,12 @@ def part_convergence(folder: Path, seeds: list[int]) -> dict[str, Any]:
         network = Network.build(scenario.fabric, scenario.scale)
         setup = cc_setup(scenario, network)
         period = setup.params.increase_period_s
-        predicted = predicted_convergence_s(setup.params, 1e9, head_start_s=1.0)
+        predicted = predicted_convergence_s(setup.params, 1e9, head_start_s=1.0, horizon_periods=3000)
+        assert predicted is not None
         started = time.perf_counter()
         config = SimConfig(policy="static", seed=seed)
         sim = CcSimulator(network, workload_of(scenario, network), config, setup, sample_every_s=period / 4)
-        _, cc = sim.run(until_s=1.0 + 4 * predicted)
+        _, cc = sim.run(until_s=1.0 + 2 * predicted)
         first = cc.row_job == 0
         rates = cc.sample_rate_bps
         took = convergence_s(cc.sample_t_s, rates[:, first][:, 0], rates[:, ~first][:, 0], 1.0, 20 * period,

@@ -198,20 +198,6 @@ def convergence_s(
     return None
 
 
-def predicted_convergence_s(
-    p: DcqcnParams, capacity_bps: float, head_start_s: float, within: float = 0.1
-) -> float:
-    """What DCQCN's parameters predict for two line-rate flows on one link of `capacity_bps`, the second
-    starting `head_start_s` after the first (derivation in docs/congestion.md): the first cuts leave them
-    (α₂ - α₁) / (2 - α₁) apart (α₁ decayed while the first ran alone, α₂ = 1); after that the gap shrinks
-    as in additive-increase / multiplicative-decrease with marks in proportion to rate, e-fold per
-    τ = capacity x T / (4 R_AI)."""
-    alpha_first = (1 - p.g) ** (head_start_s / p.alpha_period_s)
-    gap = (1 - alpha_first) / (2 - alpha_first)
-    tau = capacity_bps * p.increase_period_s / (4 * p.ai_rate_bps)
-    return tau * math.log(gap / within) if gap > within else 0.0
-
-
 __all__ = [
     "BITS",
     "DEFAULT_FRAME_BYTES",
@@ -221,7 +207,6 @@ __all__ = [
     "CcStats",
     "check_supported",
     "convergence_s",
-    "predicted_convergence_s",
     "water_levels",
     "waterfill",
 ]

@@ -13,9 +13,11 @@ import pytest
 
 from emulation.scenario import load_scenario
 from fabriclab.cli import main
-from flowsim.ccmodel import convergence_s, predicted_convergence_s, waterfill
+from flowsim.ccmodel import convergence_s, waterfill
 from flowsim.ccsim import CcSimulator
+from flowsim.converge import ConvergeCase, judge, simulated_rates
 from flowsim.engine import SimConfig
+from flowsim.fluidmodel import predicted_convergence_s
 from flowsim.network import Network
 from flowsim.scenario import cc_setup, workload_of
 from tests.conftest import ROOT
@@ -95,8 +97,9 @@ def test_cc_none_keeps_max_min_and_says_nothing_of_cc(incast_file: Path, tmp_pat
 
 def test_two_flows_converge_as_dcqcns_parameters_predict(tmp_path: Path) -> None:
     """h1 and h3 into h2 on a 100G k=4 fat-tree at 1/100 speed, the second starting 1 s later: their rates
-    (averages over 20 timer periods) come within 10 % and stay there for 100 periods, within a factor of
-    three of `predicted_convergence_s` (docs/congestion.md derives it)."""
+    (averages over 20 timer periods) come within 10 % and stay there for 100 periods, within 1.5x of what
+    the DCQCN paper's fluid model predicts (`flowsim.fluidmodel`; 8.6 s).  At 100G one run suffices:
+    CNPs come often enough per unit of rate that a run stays near the model (at 10G see the next test)."""
     (tmp_path / "ft.yaml").write_text(dump_yaml(fat_tree(4, bw_gbps=100.0)))
     (tmp_path / "two.yaml").write_text(
         "fabriclab: 1\nname: two-flows\ntopology: ft.yaml\nscale: 100G=1G\ncc: dcqcn\nduration_s: 60\n"
@@ -110,19 +113,40 @@ def test_two_flows_converge_as_dcqcns_parameters_predict(tmp_path: Path) -> None
     p = setup.params
     period = p.increase_period_s
     capacity = 1e9  # 100 Gb/s at 1/100
-    predicted = predicted_convergence_s(p, capacity, head_start_s=1.0)
+    predicted = predicted_convergence_s(p, capacity, head_start_s=1.0, horizon_periods=3000)
+    assert predicted is not None
     run = CcSimulator(network, workload_of(scenario, network), SimConfig(policy="static", seed=1), setup,
                       sample_every_s=period / 4)  # fmt: skip
-    _, stats = run.run(until_s=1.0 + 3 * predicted)
+    _, stats = run.run(until_s=1.0 + 2 * predicted)
     first = stats.row_job == 0
     rates = stats.sample_rate_bps
     took = convergence_s(stats.sample_t_s, rates[:, first][:, 0], rates[:, ~first][:, 0], 1.0, 20 * period,
                          100 * period)  # fmt: skip
     print(f"converged {took} s after the second flow started; predicted {predicted:.3g} s")
     assert took is not None
-    assert predicted / 3 <= took <= 3 * predicted
+    assert predicted / 1.5 <= took <= 1.5 * predicted
     late = stats.sample_t_s > 1.0 + took
     assert rates[late].sum(axis=1).mean() == pytest.approx(capacity, rel=0.1)  # and they fill the link
+
+
+def test_at_10g_the_mean_of_runs_converges_as_the_fluid_model_predicts() -> None:
+    """scenarios/converge-k4.yaml (10G at 10G=14M, the second flow 182 timer periods late): one run's rates
+    wander tens of percent around equal (a cut is 15-25 % of a rate, one or two a second), so the
+    prediction of a mean-field model is judged on the mean of 16 seeds: their 100-period averages come
+    within 10 % for good within 1.5x of the model's time (the same judge, `flowsim.converge`), and are
+    far apart at first (the check can fail both ways)."""
+    case = ConvergeCase.of(load_scenario(ROOT / "scenarios" / "converge-k4.yaml"))
+    predicted = case.fluid()
+    runs = [simulated_rates(case, seed) for seed in range(1, 17)]
+    mean = judge(case, np.array([r["a"] for r in runs]), np.array([r["b"] for r in runs]))
+    print(
+        f"mean of 16 runs settled {mean['settled_s']} s, the model {predicted['settled_s']} s; gaps "
+        f"{mean['gaps']} vs {predicted['gaps']}"
+    )
+    assert predicted["settled_s"] is not None and mean["settled_s"] is not None
+    assert predicted["settled_s"] / 1.5 <= mean["settled_s"] <= 1.5 * predicted["settled_s"]
+    assert mean["gaps"][0] > 0.3 and predicted["gaps"][0] > 0.3
+    assert all(r["cnps"] > 0 for r in runs)
 
 
 def test_a_bad_cc_is_one_line_naming_it_and_exit_2(
