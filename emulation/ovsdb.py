@@ -208,21 +208,11 @@ class Ovsdb:
             time.sleep(0.1)
 
 
-def add_bridges(bridges: Sequence[BridgeSpec], db: str = DB_SOCK, timeout_s: float = 300.0) -> None:
-    """Insert every bridge in one transaction and wait until ovs-vswitchd has applied it."""
-    if not bridges:
-        return
-    with Ovsdb(db, timeout_s) as conn:
-        conn.transact(bridge_operations(bridges))
-        conn.wait_applied(timeout_s)
-
-
 __all__ = [
     "DB_SOCK",
     "BridgeSpec",
     "Ovsdb",
     "OvsdbError",
-    "add_bridges",
     "bridge_operations",
     "controller_operations",
 ]

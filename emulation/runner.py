@@ -38,6 +38,7 @@ from emulation.qosreport import class_summary
 from emulation.report import write_outputs
 from emulation.scenario import FlowPlan, Scenario, ScenarioError, emulator_refuses
 from emulation.sharded import ShardedFabric
+from emulation.shards import shard_refusal
 from topologies.tiers import Tiers
 
 BASE_PORT = 6000
@@ -92,9 +93,11 @@ def run_scenario(
     own).  `capacity` is the fabric's calibration (`emulation.calibrate`), if there is one: the load asked
     for is compared with it.  `shards`/`crossing`: the fabric on several ovs-vswitchd
     (`emulation.sharded`)."""
-    refused = emulator_refuses(scenario) or ccrun.refuses(scenario, shards)
-    if shards > 1 and (scenario.partitions_file is not None or scenario.qos is not None):
-        refused = "partitions and QoS queues are not supported on a sharded fabric yet"
+    refused = (
+        shard_refusal(shards, scenario.partitions_file is not None, scenario.qos is not None)
+        or emulator_refuses(scenario)
+        or ccrun.refuses(scenario, shards)
+    )
     if refused:  # before anything is built or written
         raise ScenarioError(refused, file=str(scenario.file))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ from emulation.shards import (
     free_control_octet,
     ip_batch,
     plan,
+    shard_refusal,
     underlay_lines,
     uses_patch,
     vxlan_line,
@@ -63,8 +64,9 @@ class ShardedFabric(MininetFabric):
         are not supported on shards."""
         if kwargs.get("shells"):
             raise EmulationError("a sharded fabric is built without Mininet's shells (no --cli)")
-        if kwargs.get("qos") is not None:
-            raise EmulationError("QoS queues are not supported on a sharded fabric")
+        refused = shard_refusal(shards, qos=kwargs.get("qos") is not None)
+        if refused:
+            raise EmulationError(refused)
         if not kwargs.get("name_prefix"):
             raise EmulationError("a sharded fabric needs a name prefix")
         if crossing not in CROSSINGS:

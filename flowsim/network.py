@@ -162,11 +162,6 @@ class Network:
     def link_name(self, link: int) -> str:
         return f"{self.tail[link]}->{self.head[link]}"
 
-    def ports_of_link(self, node: str, port: int) -> list[int]:
-        """Both directed links of the cable on node:port (empty if none)."""
-        ref = PortRef(node, port)
-        return [i for i, (t, h) in enumerate(zip(self.tail, self.head, strict=True)) if ref in (t, h)]
-
 
 @dataclass(frozen=True, eq=False)
 class Routing:

@@ -14,7 +14,6 @@ Ad hoc workloads for the CLI and sweeps: `permutation` (a seeded random derangem
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -357,11 +356,6 @@ def matrix_of(c: Collective) -> FlowBatch:
                      np.array([totals[p] for p in pairs]), np.full(n, c.start_s), np.full(n, np.inf),
                      np.full(n, np.nan), np.zeros(n, dtype=np.int32),
                      collective=(c.kind, int(c.ranks.size), c.size_bytes))  # fmt: skip
-
-
-def check_size(size: float) -> None:
-    if not math.isfinite(size) or size <= 0:
-        raise SimInputError(f"must be a positive number of bytes, got {size}", "size")
 
 
 __all__ = [

@@ -68,3 +68,14 @@ def degraded_fabrics() -> list[tuple[Fabric, str]]:
 def reference_dir() -> Path:
     assert (REFERENCE / "fabric.net").exists(), f"missing reference data in {REFERENCE}"
     return REFERENCE
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `emulation` every test of a module that needs Open vSwitch (it calls `require_emulation` or
+    requests the OVS daemon), so `pytest -m "not emulation"` runs the fast suite.  Marked at collection,
+    where `-m` looks; `require_emulation` still decides at run time whether the test can run."""
+    for item in items:
+        module = getattr(item, "module", None)
+        fixtures = getattr(item, "fixturenames", ())
+        if "ovs_daemon" in fixtures or (module is not None and hasattr(module, "require_emulation")):
+            item.add_marker(pytest.mark.emulation)

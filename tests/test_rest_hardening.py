@@ -5,7 +5,6 @@ reads that never wait for the worker, and API docs that work offline."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -15,9 +14,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from controller.qosstate import QosStore
 from controller.rest import api as api_module
 from controller.rest.api import create_app
-from controller.rest.common import MAX_BODY_BYTES, Guard, allowed_hosts, token_from_env
+from controller.rest.common import API, MAX_BODY_BYTES, Guard, allowed_hosts, token_from_env
 from controller.service import MAX_PENDING_REQUESTS, Busy, FabricService
 from controller.sm.intents import SwitchDelta
 from controller.state import StateStore
@@ -249,9 +249,16 @@ def test_api_docs_are_served_without_internet(rig: Rig) -> None:
     assert "/docs-assets/swagger-ui-bundle.js" in page.text
     script = rig.client.get("/docs-assets/swagger-ui-bundle.js")
     assert script.status_code == 200 and len(script.content) > 100_000
-    spec = rig.client.get("/openapi.json").json()
-    for path, methods in spec["paths"].items():
-        for method, operation in methods.items():
-            ok = operation["responses"].get("200", {})
-            assert "content" in ok and ok["content"]["application/json"]["schema"], (method, path)
-    assert json.dumps(spec)  # serialisable
+
+
+def test_every_get_answers_a_named_model_in_the_openapi_document(rig: Rig, tmp_path: Path) -> None:
+    """Every GET (QoS and P_Keys included: the app is built with a QoS store) documents its 200 body as a
+    named model or a list of one — not an untyped object."""
+    app = create_app(rig.service, None, allowed_hosts("127.0.0.1", 8080), qos=QosStore(fat_tree(4), tmp_path))
+    spec = TestClient(app, base_url=BASE).get("/openapi.json").json()
+    gets = {path: ops["get"] for path, ops in spec["paths"].items() if "get" in ops}
+    assert {f"{API}/qos", f"{API}/qos/events", f"{API}/qos/path", f"{API}/pkeys"} <= set(gets)
+    for path, operation in gets.items():
+        schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+        named = "$ref" in schema or (schema.get("type") == "array" and "$ref" in schema.get("items", {}))
+        assert named, (path, schema)

@@ -86,16 +86,6 @@ def _child(node: yaml.Node | None, item: PathItem) -> yaml.Node | None:
     return None
 
 
-def format_path(path: Sequence[PathItem]) -> str:
-    text = ""
-    for item in path:
-        if isinstance(item, int):
-            text += f"[{item}]"
-        else:
-            text += ("." if text else "") + str(item)
-    return text
-
-
 #: Deeper nesting than this is not a fabriclab file (they are a handful of levels deep); libyaml's composer
 #: recurses in C and crashes the interpreter somewhere past 20,000 levels, so depth is checked on events.
 MAX_DEPTH = 100
@@ -339,4 +329,4 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-__all__ = ["AllowedKeys", "Document", "error_from_validation", "format_path", "load_document", "validate"]
+__all__ = ["AllowedKeys", "Document", "error_from_validation", "load_document", "validate"]

@@ -370,6 +370,55 @@ def policy(pub: Published, policies: PolicyRegistry) -> PolicyView:
     )
 
 
+class PKeyMemberView(_Out):
+    host: str | None = Field(None, description="a host of the fabric (absent for a GUID member)")
+    guid: str | None = Field(None, description="a port GUID not (yet) on the fabric, 0x-prefixed")
+    membership: str = Field(description="full, limited or both")
+
+
+class PKeyView(_Out):
+    name: str
+    pkey: str = Field(description="the P_Key, 0x-prefixed (the membership bit not set)")
+    ip_over_ib: bool | None = None
+    mtu_limit: int | None = None
+    rate_limit: float | None = None
+    service_level: int | None = None
+    scope: int | None = None
+    members: list[PKeyMemberView]
+
+
+class PKeysView(_Out):
+    partitions: list[PKeyView]
+
+
+class QosView(_Out):
+    generation: int
+    source: str = Field(description="where the running policy came from: default, file, rest, saved")
+    policy: dict[str, Any] = Field(description="the running policy resolved against the fabric (docs/qos.md)")
+
+
+class QosEventView(_Out):
+    id: int
+    time: float
+    kind: str
+    generation: int
+    source: str
+    changes: list[str] = Field(description="top-level sections of the policy that changed")
+
+
+class QosPathView(_Out):
+    src: str
+    dst: str
+    level: str = Field(description="the QoS level the pair's traffic matches")
+    sl: int
+    dscp: int | None = Field(description="the DSCP that marks the level's SL (None: not marked)")
+    vl: int
+    queue: int
+    rate_limit_gbps: float | None
+    generation: int
+    classified_sl: int | None = Field(description="the SL a switch classifies that DSCP into")
+
+
 def hops(path: list[Hop]) -> list[HopView]:
     return [HopView(node=h.node, in_port=h.in_port, out_port=h.out_port) for h in path]
 
@@ -382,8 +431,14 @@ __all__ = [
     "LftEntry",
     "LftView",
     "LinkView",
+    "PKeyMemberView",
+    "PKeyView",
+    "PKeysView",
     "PolicyUpdate",
     "PolicyView",
+    "QosEventView",
+    "QosPathView",
+    "QosView",
     "RouteView",
     "RoutingUpdate",
     "RoutingView",

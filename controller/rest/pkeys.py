@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from controller.rest.changes import run_change
 from controller.rest.common import API, ApiError, ErrorBody, parse_body, require_token_dependency
+from controller.rest.models import PKeysView, PKeyView
 from controller.service import FabricService, Published
 from controller.sm.partitions import (
     DEFAULT_PKEY,
@@ -131,12 +132,17 @@ def mount_pkeys(app: FastAPI, service: FabricService, token: str | None) -> None
                     "name",
                 )
 
-    @app.get(f"{API}/pkeys")
+    @app.get(f"{API}/pkeys", response_model=PKeysView, response_model_exclude_none=True)
     def list_pkeys() -> dict[str, Any]:
         """Every partition with its members (OpenSM's default when none were configured)."""
         return _current(snap()).as_dict()
 
-    @app.get(f"{API}/pkeys/{{pkey}}", responses=_errors(404))
+    @app.get(
+        f"{API}/pkeys/{{pkey}}",
+        response_model=PKeyView,
+        response_model_exclude_none=True,
+        responses=_errors(404),
+    )
     def get_pkey(pkey: str) -> dict[str, Any]:
         return _pkey_or_404(snap(), pkey).as_dict()
 

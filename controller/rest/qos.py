@@ -21,6 +21,7 @@ from fastapi import FastAPI, Query, Request
 from controller.qosfile import QosFileError
 from controller.qosstate import QosNotSaved, QosStore
 from controller.rest.common import API, ApiError
+from controller.rest.models import QosEventView, QosPathView, QosView
 from controller.sm.qos import dscp_to_sl, group_members, match_level, sl_to_dscp
 
 #: The largest policy body accepted (a policy is a few KB; the Guard bounds every body as well).
@@ -40,7 +41,7 @@ def _policy_body(raw: bytes) -> Any:
 
 
 def mount_qos(app: FastAPI, store: QosStore, mutation: list[Any]) -> None:
-    @app.get(f"{API}/qos")
+    @app.get(f"{API}/qos", response_model=QosView)
     def get_qos() -> dict[str, Any]:
         snap = store.snapshot()
         return {"generation": snap.generation, "source": snap.source, "policy": snap.resolved}
@@ -58,11 +59,11 @@ def mount_qos(app: FastAPI, store: QosStore, mutation: list[Any]) -> None:
         except QosNotSaved as exc:  # as routing and P_Key changes answer it: nothing changed
             raise ApiError(500, str(exc), None) from None
 
-    @app.get(f"{API}/qos/events")
+    @app.get(f"{API}/qos/events", response_model=list[QosEventView])
     def qos_events(since: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[dict[str, Any]]:
         return store.events(since)
 
-    @app.get(f"{API}/qos/path")
+    @app.get(f"{API}/qos/path", response_model=QosPathView)
     def qos_path(
         src: Annotated[str, Query(max_length=128)],
         dst: Annotated[str, Query(max_length=128)],

@@ -148,12 +148,6 @@ class SubnetContext:
         """Each host port and the edge switch port it is cabled to (where partitions are enforced)."""
         return attachments(self.declared, self.addresses)
 
-    def switch_name(self, dpid: int) -> str:
-        try:
-            return self.switch_of_dpid[dpid]
-        except KeyError:
-            raise UnknownSwitch(f"datapath {dpid:016x} is not a switch of {self.declared.name}") from None
-
     def declared_ports(self, switch: str) -> list[int]:
         return sorted(ref.port for ref in self.declared.port_map if ref.node == switch)
 
@@ -387,4 +381,14 @@ class SubnetManager:
         return self.context.lft(self.require_current(), switch)
 
 
-__all__ = ["Computation", "SubnetContext", "SubnetManager", "UnknownSwitch"]
+def policy_problem(
+    fabric: Fabric, engine: str, options: ForwardingOptions, registry: EngineRegistry | None = None
+) -> PolicyError | None:
+    """Why `engine`'s tables of `fabric` cannot carry the policy in `options` (`Computation.policy_problem`),
+    or None — the one check every entry point (the CLI's `controller`, `emulate up`, `compare`) runs before
+    starting anything.  One full computation of the tables."""
+    manager = SubnetManager(fabric, engine, options, registry=registry or default_registry())
+    return manager.compute().policy_problem()
+
+
+__all__ = ["Computation", "SubnetContext", "SubnetManager", "UnknownSwitch", "policy_problem"]

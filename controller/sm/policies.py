@@ -275,9 +275,6 @@ class PolicyChoice:
             return self.name
         return next((name for _, name in self.classes if name != "static"), None)
 
-    def policy_of(self, dscp: int) -> str:
-        return dict(self.classes).get(dscp, self.name)
-
 
 def class_map(
     classes: Mapping[str, str] | Mapping[int, str] | Mapping[int | str, str] | None,

@@ -24,7 +24,6 @@ import numpy as np
 from controller.sm.cdg import (
     acyclic_core,
     block_dependencies,
-    dependencies,
     destination_layers,
     find_cycles,
     layer_cycles,
@@ -190,12 +189,6 @@ def alternative_dependencies(tables: RoutingTables) -> I64:
     return np.unique(np.concatenate(codes))
 
 
-def deadlock_check(tables: RoutingTables, vls: int = 1) -> DeadlockReport:
-    if tables.layers is not None:
-        return _layered_report(tables)
-    return _deadlock_report(tables, vls, dependencies(tables))
-
-
 def _layered_report(tables: RoutingTables) -> DeadlockReport:
     """The engine's own layers, each checked for cycles."""
     assert tables.layers is not None
@@ -239,6 +232,5 @@ __all__ = [
     "Verification",
     "alternative_dependencies",
     "channel_names",
-    "deadlock_check",
     "verify",
 ]

@@ -24,7 +24,7 @@ from controller.qosfile import load_policy
 from controller.rest.client import WaitTimeout
 from controller.rest.common import TOKEN_ENV, ListenError, token_from_env
 from controller.sm.intents import ForwardingOptions
-from controller.sm.manager import SubnetManager
+from controller.sm.manager import SubnetManager, policy_problem
 from controller.sm.policies import PolicyChoice, PolicyError, default_policies
 from emulation import calibrate as calibration
 from emulation import ccrun
@@ -36,7 +36,7 @@ from emulation.ovs import OvsDaemon
 from emulation.runner import capacity_warnings, run_scenario
 from emulation.scenario import Scenario, ScenarioError, emulator_refuses, load_scenario, nic_gbps
 from emulation.session import UpOptions, run_up
-from emulation.shards import CABLES, CROSSINGS, uses_patch
+from emulation.shards import CABLES, CROSSINGS, shard_refusal, uses_patch
 from emulation.shards import plan as shard_plan
 from fabriclab.cli import results
 from fabriclab.cli.common import (
@@ -275,8 +275,9 @@ def scenario_run(args: argparse.Namespace) -> int:
         raise ScenarioError(refused, file=str(scenario.file))
     scenario = _with_cc(scenario, args.cc, args.shards)
     if args.shards > 1:
-        if scenario.partitions_file is not None or scenario.qos is not None:
-            raise CliError("--shards: partitions and QoS queues are not supported on a sharded fabric yet")
+        refused = shard_refusal(args.shards, scenario.partitions_file is not None, scenario.qos is not None)
+        if refused:
+            raise CliError(f"--shards: {refused}")
         try:
             shard_plan(scenario.fabric, args.shards)
         except ValueError as exc:
@@ -390,7 +391,7 @@ def compare_policies(args: argparse.Namespace) -> int:
     controller = scenario.spec.controller
     for policy in policies:
         options = ForwardingOptions(controller.fast_failover, policy=policy)
-        problem = SubnetManager(scenario.fabric, controller.engine, options).compute().policy_problem()
+        problem = policy_problem(scenario.fabric, controller.engine, options)
         if problem is not None:
             raise CliError(f"--policies: {problem.message}")
     capacity = _capacity(args.capacity) if args.capacity else calibration.load(scenario.fabric.name)
@@ -505,7 +506,7 @@ def emulate_up(args: argparse.Namespace) -> int:
         SubnetManager(fabric).registry.create(args.engine)  # an unknown engine fails before building
         choice = choose(PolicyChoice(), overrides)
         forwarding = ForwardingOptions(policy=choice.name, classes=choice.classes)
-        problem = SubnetManager(fabric, args.engine, forwarding).compute().policy_problem()
+        problem = policy_problem(fabric, args.engine, forwarding)
         if problem is not None:
             raise option_error(problem)
     if args.qos is None and os.environ.get("FABRICLAB_QOS"):
@@ -519,8 +520,9 @@ def emulate_up(args: argparse.Namespace) -> int:
             raise CliError(
                 "--shards: only with the controller this starts (it listens on the shards' network)"
             )
-        if args.qos is not None:
-            raise CliError("--shards: QoS queues are not supported on a sharded fabric yet (drop --qos)")
+        refused = shard_refusal(args.shards, qos=args.qos is not None)
+        if refused:
+            raise CliError(f"--shards: {refused} (drop --qos)")
         try:
             shard_plan(fabric, args.shards)
         except ValueError as exc:

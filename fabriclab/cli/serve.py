@@ -164,12 +164,11 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--state-dir: {store.path if store else ''}: engine: {exc}") from None
     state = service.snapshot().state
     if state.config.options.slot_tables:  # a multipath policy needs equal-cost alternatives
-        from controller.sm.manager import SubnetManager  # noqa: PLC0415
+        from controller.sm.manager import policy_problem  # noqa: PLC0415
 
-        sm = SubnetManager(
+        problem = policy_problem(
             fabric, state.config.engine, state.config.options, registry=service.context.registry
         )
-        problem = sm.compute().policy_problem()
         if problem is not None:
             raise option_error(problem)
     check_bindable(listeners)
