@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # first, so benchmarks/emulation.py never shadows the package
 
 from benchmarks.out import out_file, write_out  # noqa: E402
-from controller.qosfile import load_policy  # noqa: E402
+from controller.qosload import load_policy  # noqa: E402
 from emulation.mnfabric import remove  # noqa: E402
 from emulation.ovs import OvsDaemon  # noqa: E402
 from emulation.qosrun import ClassFlow, QosBench, link_scale  # noqa: E402

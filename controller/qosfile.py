@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
@@ -45,7 +44,7 @@ from controller.sm.qos import (
     VlArbitration,
     validate_policy,
 )
-from topologies.errors import InputError, read_input_file
+from topologies.errors import InputError
 from topologies.model import Fabric
 from topologies.yamlio import AllowedKeys, Document, PathItem, load_document, validate
 
@@ -272,20 +271,9 @@ def policy_from_data(data: Any, source: str = "body", fabric: Fabric | None = No
         raise QosFileError(exc.message, file=source, field=exc.field) from None
 
 
-def load_policy(path: str | Path, fabric: Fabric | None = None) -> QosPolicy:
-    """A policy file: this module's YAML, or OpenSM's `qos-policy.conf` syntax (`controller.opensmqos`)."""
-    text = read_input_file(Path(path), QosFileError, MAX_QOS_BYTES)
-    from controller.opensmqos import looks_like_opensm, parse_opensm  # noqa: PLC0415 - it imports this module
-
-    if looks_like_opensm(text):
-        return parse_opensm(text, str(path), fabric)
-    return parse_policy(text, str(path), fabric)
-
-
 __all__ = [
     "QosFileError",
     "QosSpec",
-    "load_policy",
     "parse_policy",
     "policy_from_data",
     "to_data",

@@ -44,7 +44,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from controller.partitions_file import load_partitions
-from controller.qosfile import load_policy
+from controller.qosload import load_policy
 from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, class_map, default_policies
 from controller.sm.qos import QosPolicy

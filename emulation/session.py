@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.qosfile import load_policy
+from controller.qosload import load_policy
 from controller.rest.client import ControllerClient
 from controller.rest.common import BackgroundServer, page_origins, serve_in_thread
 from controller.sm.manager import SubnetManager

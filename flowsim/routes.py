@@ -25,7 +25,7 @@ import numpy.typing as npt
 from controller.sm.subnet import NO_PORT
 from flowsim.maxmin import ranges
 from flowsim.network import F64, I32, I64, Bool, Routing
-from flowsim.slots import SlotTables
+from flowsim.slots import SlotTables, mix64
 
 U64 = npt.NDArray[np.uint64]
 #: Longest route followed (a 3-tier fat-tree needs 5 switch hops; loops are cut here and reported).
@@ -54,15 +54,6 @@ class Routes:
     @property
     def n(self) -> int:
         return int(self.ok.size)
-
-
-def mix64(x: U64) -> U64:
-    """splitmix64 finaliser: a well-mixed 64-bit hash, vectorised (wrap-around arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
 
 
 def five_tuple_hash(routing: Routing, src: I32, dst: I32, sport: I32, seed: int) -> U64:

@@ -32,6 +32,15 @@ SetKey = tuple[str, tuple[int, ...]]
 U64 = npt.NDArray[np.uint64]
 
 
+def mix64(x: U64) -> U64:
+    """splitmix64 finaliser: a well-mixed 64-bit hash, vectorised (wrap-around arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
 class SlotTables:
     """Sets of one routing: ports, slot widths, source-port windows and slot -> port assignments."""
 
@@ -148,8 +157,6 @@ class SlotTables:
         slot = (sport.astype(np.int64) >> self.shift[sid]) & (SLOTS - 1)
         wide = width > SLOTS
         if wide.any():
-            from flowsim.routes import mix64  # noqa: PLC0415 - routes imports this module
-
             salted = mix64(flow_hash[wide] ^ switch_guid[wide])
             slot[wide] = (salted % width[wide].astype(np.uint64)).astype(np.int64)
         return slot
@@ -169,4 +176,4 @@ class SlotTables:
         return rows.astype(np.int32), self.ports[sid[rows], j].astype(np.int32), shares[rows, j]
 
 
-__all__ = ["SetKey", "SlotTables"]
+__all__ = ["SetKey", "SlotTables", "mix64"]

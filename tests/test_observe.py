@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,14 +218,16 @@ async def _messages(live: LiveView, count: int, since: int = 0) -> list[dict[str
 
 
 def test_frames_carry_failures_and_new_events_once(rig: Rig) -> None:
-    live = LiveView(rig.service.snapshot, Layout(rig.service.context.declared), options=LiveOptions(0.05))
+    clock = [1000.0]
+    live = LiveView(rig.service.snapshot, Layout(rig.service.context.declared), options=LiveOptions(0.05),
+                    clock=lambda: clock[0])  # fmt: skip
     (first,) = asyncio.run(_messages(live, 1))
     assert first["down"] == [] and first["connected"] == 20
     events = first["events"]
     assert isinstance(events, list) and len(events) == 21  # routing computed + 20 switches
     last = int(events[-1]["id"])
     rig.cut(20)
-    time.sleep(0.1)  # past the frame interval: the next frame is built from the new snapshot
+    clock[0] += 0.1  # past the frame interval: the next frame is built from the new snapshot
     (second,) = asyncio.run(_messages(live, 1, since=last))
     assert second["down"] == [20]
     events = second["events"]

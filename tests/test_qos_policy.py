@@ -12,7 +12,8 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from controller.qosfile import QosFileError, load_policy, parse_policy, policy_from_data, to_data
+from controller.qosfile import QosFileError, parse_policy, policy_from_data, to_data
+from controller.qosload import load_policy
 from controller.qosstate import QOS_FILE, QosStore
 from controller.rest.api import create_app
 from controller.service import FabricService

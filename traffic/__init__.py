@@ -1,2 +1,2 @@
-"""RoCEv2 traffic: packet layers, sender/receiver agents and workload planners (collectives, KV-cache
-transfers, congestion traces).  Empty until the traffic issue lands."""
+"""RoCEv2 traffic: packet layers, sender/receiver agents (with DCQCN), and workload planners (collectives,
+KV-cache transfers, congestion traces) shared by the emulator and the simulator."""

@@ -162,7 +162,7 @@ class FabricCore:
 
     # --- routing and rollouts ------------------------------------------------------------------------------
 
-    def _compute(self, step: Builder, config: Config) -> Computation:
+    def compute(self, step: Builder, config: Config) -> Computation:
         generation = step.state.generation + 1
         if generation > MAX_GENERATION:
             raise GenerationExhausted("cookie generations exhausted (2^48)")
@@ -172,17 +172,17 @@ class FabricCore:
             partitions=config.partitions,
         )  # fmt: skip
 
-    def _reserve(self, step: Builder, generation: int, config: Config) -> None:
+    def reserve(self, step: Builder, generation: int, config: Config) -> None:
         """Before cookies carry `generation`, make sure the disk says it is used (see GENERATION_BLOCK)."""
         if generation > step.state.reserved:
             reserved = min(generation + GENERATION_BLOCK, MAX_GENERATION)
             step.update(reserved=reserved)
             step.emit(Save(saved_state(config, reserved)))
 
-    def _commit(self, step: Builder, computation: Computation, config: Config) -> None:
+    def commit(self, step: Builder, computation: Computation, config: Config) -> None:
         step.update(current=computation, generation=computation.generation, config=config, synced=frozenset())
 
-    def _rollout(
+    def rollout(
         self,
         step: Builder,
         kind: RecordKind,
@@ -290,15 +290,15 @@ class FabricCore:
 
     def _start(self, step: Builder, _: Start) -> None:
         config = step.state.config
-        computation = self._compute(step, config)
-        self._reserve(step, computation.generation, config)
-        self._commit(step, computation, config)
+        computation = self.compute(step, config)
+        self.reserve(step, computation.generation, config)
+        self.commit(step, computation, config)
         step.record(RecordKind.ROUTING_COMPUTED, generation=computation.generation, engine=config.engine)
 
     def _connected(self, step: Builder, event: SwitchConnected) -> None:
-        self._connected_one(step, event.dpid)
+        self.connected_one(step, event.dpid)
 
-    def _connected_one(self, step: Builder, dpid: int) -> None:
+    def connected_one(self, step: Builder, dpid: int) -> None:
         name = self.context.switch_of_dpid.get(dpid)
         state = step.state
         if name is None:
@@ -341,7 +341,7 @@ class FabricCore:
         )
         step.record(RecordKind.SWITCH_DISCONNECT, switch=name, detected_at=step.now)
 
-    def _set_port(self, ports_down: dict[PortRef, float], ref: PortRef, live: bool, now: float) -> bool:
+    def set_port(self, ports_down: dict[PortRef, float], ref: PortRef, live: bool, now: float) -> bool:
         """Record a port's liveness in `ports_down`; True when a declared link's usability changed."""
         if live == (ref not in ports_down):
             return False
@@ -362,7 +362,7 @@ class FabricCore:
             name = self.context.switch_of_dpid.get(change.dpid)
             if name is None:
                 continue
-            if self._set_port(ports_down, PortRef(name, change.port), change.live, change.at):
+            if self.set_port(ports_down, PortRef(name, change.port), change.live, change.at):
                 changes.append(f"{name}:{change.port} {'up' if change.live else 'down'}")
                 ups.append(change.live)
             if not change.live:
@@ -372,12 +372,12 @@ class FabricCore:
             return
         config = step.state.config
         previous = step.state.current
-        computation = self._compute(step, config)
-        self._reserve(step, computation.generation, config)
-        self._commit(step, computation, config)
+        computation = self.compute(step, config)
+        self.reserve(step, computation.generation, config)
+        self.commit(step, computation, config)
         kind = RecordKind.PORT_UP if all(ups) else RecordKind.PORT_DOWN
         detected = min(c.at for c in event.changes)
-        self._rollout(step, kind, detected, ports=tuple(changes),
+        self.rollout(step, kind, detected, ports=tuple(changes),
                       changed_destinations=changed_destinations(previous, computation))  # fmt: skip
 
     def _flows_removed(self, step: Builder, event: FlowsRemoved) -> None:
@@ -437,7 +437,7 @@ class FabricCore:
             if name in state.installed and name in state.connected and name not in state.repairing:
                 self._read_back(step, name, step.now)
 
-    def _neighbour_dpids(self, state: FabricState, switch: str) -> list[int]:
+    def neighbour_dpids(self, state: FabricState, switch: str) -> list[int]:
         dpids = self.context.dpids
         far = {
             peer.node
@@ -475,7 +475,7 @@ class FabricCore:
         config = Config(event.engine or state.config.engine, event.options or state.config.options,
                         partitions=state.config.partitions)  # fmt: skip
         try:
-            computation = self._compute(step, config)
+            computation = self.compute(step, config)
         except (UnknownEngine, InputError, GenerationExhausted) as exc:
             step.emit(Reply(event.request, error=exc))
             return
@@ -510,13 +510,13 @@ class FabricCore:
             step.state.reserved, min(pending.computation.generation + GENERATION_BLOCK, MAX_GENERATION)
         )
         step.update(reserved=reserved)
-        self._commit(step, pending.computation, pending.config)
+        self.commit(step, pending.computation, pending.config)
         details: dict[str, Any] = {"engine": pending.config.engine}
         if pending.kind is RecordKind.POLICY_CHANGE:
             details = {"policy": pending.config.options.policy, "reason": "operator request"}
         elif pending.kind is RecordKind.PARTITION_CHANGE:
             details = {"reason": pending.reason}
-        self._rollout(step, pending.kind, pending.detected_at, request=pending.request, **details)
+        self.rollout(step, pending.kind, pending.detected_at, request=pending.request, **details)
 
     def _policy_requested(self, step: Builder, event: PolicyRequested) -> None:
         """A policy change: validated whole (name, parameters, classes, and that the fabric has equal-cost
@@ -528,7 +528,7 @@ class FabricCore:
                 state.config.options, policy=choice.name, multipath=False, classes=choice.classes
             )
             config = replace(state.config, options=options, policy_params=choice.params)
-            computation = self._compute(step, config)
+            computation = self.compute(step, config)
             problem = computation.policy_problem()
             if problem is not None:
                 raise problem
@@ -545,7 +545,7 @@ class FabricCore:
         state = step.state
         config = replace(state.config, partitions=event.partitions)
         try:
-            computation = self._compute(step, config)
+            computation = self.compute(step, config)
         except (InputError, GenerationExhausted) as exc:
             step.emit(Reply(event.request, error=exc))
             return
@@ -566,7 +566,7 @@ class FabricCore:
         step.update(current=computation, synced=state.synced - set(decision.changed))
         reasons = decision.reasons
         reason = "; ".join(reasons[:5]) + (f" (+{len(reasons) - 5} more)" if len(reasons) > 5 else "")
-        self._rollout(step, RecordKind.ADAPTIVE_MOVE, event.at, only=sorted(decision.changed),
+        self.rollout(step, RecordKind.ADAPTIVE_MOVE, event.at, only=sorted(decision.changed),
                       reason=reason, moves=decision.moves, policy="adaptive")  # fmt: skip
 
 

@@ -9,25 +9,53 @@ applied exactly as a lone read would be, and the switches that need flows get th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from controller.core.events import ProbeLinks, SwitchesConnected, SwitchesRead
-from controller.core.state import RecordKind
+from controller.core.state import Config, FabricState, RecordKind
 from controller.core.step import Builder
 from controller.sm.intents import SwitchProgram, rollout
+from controller.sm.manager import Computation, SubnetContext
 from topologies.model import PortRef
 
-if TYPE_CHECKING:
-    from controller.core.fabric import FabricCore
+
+class Core(Protocol):
+    """What a read needs of the decision core (`controller.core.fabric.FabricCore`): the steps it shares
+    with the core's other handlers.  A protocol, so this module does not import the core that calls it."""
+
+    context: SubnetContext
+
+    def connected_one(self, step: Builder, dpid: int) -> None: ...
+
+    def set_port(self, ports_down: dict[PortRef, float], ref: PortRef, live: bool, now: float) -> bool: ...
+
+    def neighbour_dpids(self, state: FabricState, switch: str) -> list[int]: ...
+
+    def compute(self, step: Builder, config: Config) -> Computation: ...
+
+    def reserve(self, step: Builder, generation: int, config: Config) -> None: ...
+
+    def commit(self, step: Builder, computation: Computation, config: Config) -> None: ...
+
+    def rollout(
+        self,
+        step: Builder,
+        kind: RecordKind,
+        detected_at: float,
+        only: Iterable[str] | None = None,
+        request: int | None = None,
+        **details: Any,
+    ) -> None: ...
 
 
-def switches_connected(core: FabricCore, step: Builder, event: SwitchesConnected) -> None:
+def switches_connected(core: Core, step: Builder, event: SwitchesConnected) -> None:
     """Each connection as if alone (the reads they ask for are made concurrently by the service)."""
     for dpid in dict.fromkeys(event.dpids):
-        core._connected_one(step, dpid)
+        core.connected_one(step, dpid)
 
 
-def switches_read(core: FabricCore, step: Builder, event: SwitchesRead) -> None:
+def switches_read(core: Core, step: Builder, event: SwitchesRead) -> None:
     """Apply every read; then one rollout for the switches that need flows — the whole fabric if a port
     changed or nothing was computed yet — and LLDP probes around every newly connected switch."""
     connects: list[str] = []
@@ -49,7 +77,7 @@ def switches_read(core: FabricCore, step: Builder, event: SwitchesRead) -> None:
         # would leave that message nothing to report).
         for port in core.context.declared_ports(name) if repairing is None else ():
             live = read.ports.get(port, False)
-            port_changed |= core._set_port(ports_down, PortRef(name, port), live, step.now)
+            port_changed |= core.set_port(ports_down, PortRef(name, port), live, step.now)
             if not live:
                 discovery = discovery.forget_port(name, port)
         program = SwitchProgram.of(name, read.dpid, read.flows, read.groups)
@@ -73,7 +101,7 @@ def switches_read(core: FabricCore, step: Builder, event: SwitchesRead) -> None:
         if repairing is None:
             connects.append(name)
             detected.append(step.state.discovery.connected_at.get(name, step.now))
-            probes += [read.dpid, *core._neighbour_dpids(step.state, name)]
+            probes += [read.dpid, *core.neighbour_dpids(step.state, name)]
         else:
             repairs.append(name)
             detected.append(repairing)
@@ -89,12 +117,12 @@ def switches_read(core: FabricCore, step: Builder, event: SwitchesRead) -> None:
     kind = RecordKind.SWITCH_CONNECT if connects else RecordKind.RECONCILE
     if changed or step.state.current is None:
         config = step.state.config
-        computation = core._compute(step, config)
-        core._reserve(step, computation.generation, config)
-        core._commit(step, computation, config)
-        core._rollout(step, kind, min(detected), **details)
+        computation = core.compute(step, config)
+        core.reserve(step, computation.generation, config)
+        core.commit(step, computation, config)
+        core.rollout(step, kind, min(detected), **details)
     else:
-        core._rollout(step, kind, min(detected), only=names, **details)
+        core.rollout(step, kind, min(detected), only=names, **details)
     if probes:
         step.emit(ProbeLinks(tuple(dict.fromkeys(probes))))
 

@@ -55,8 +55,11 @@ class LiveView:
         capacity_factor: float = 1.0,
         options: LiveOptions | None = None,
         token_required: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock`: seconds, monotonic; injected so tests step time instead of sleeping."""
         self.snapshot, self.layout, self.capacity_factor = snapshot, layout, capacity_factor
+        self.clock = clock
         self.options = options or LiveOptions()
         self.token_required = token_required
         self._lock = threading.Lock()
@@ -139,7 +142,7 @@ class LiveView:
 
     def frame(self, now: float | None = None) -> Frame:
         """The newest frame: rebuilt from the snapshot when it changed and the last one is old enough."""
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         pub = self.snapshot()
         with self._lock:
             current = self._frame
@@ -220,10 +223,10 @@ class LiveView:
         try:
             yield f"retry: 2000\n: {self.layout.fabric.name}\n\n".encode()
             cursor, util_sent, last_seq = since, None, -1
-            last_sent = time.monotonic()
+            last_sent = self.clock()
             while True:
                 frame = self.frame()
-                now = time.monotonic()
+                now = self.clock()
                 if frame.seq != last_seq:
                     data, cursor = self.message(frame, cursor, util_sent)
                     util_sent, last_seq, last_sent = frame.stats, frame.seq, now

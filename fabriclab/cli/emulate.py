@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from controller.partitions_file import load_partitions
-from controller.qosfile import load_policy
+from controller.qosload import load_policy
 from controller.rest.client import WaitTimeout
 from controller.rest.common import TOKEN_ENV, ListenError, token_from_env
 from controller.sm.intents import ForwardingOptions

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.partitions_file import load_partitions
-from controller.qosfile import load_policy
+from controller.qosload import load_policy
 from controller.sm.engines import UnknownEngine, default_registry
 from controller.sm.intents import ForwardingOptions
 from controller.state import StateError, StateStore
