@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this file's folder comes first on sys.path and its name would shadow the flowsim package
+# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# The repository first, before this script's own folder (whose emulation.py would shadow the package).
+# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
 sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
 
 MACS = ("02:fa:b1:00:00:01", "02:fa:b1:00:00:02")

@@ -18,6 +18,7 @@ from fabriclab.cli import partitions as partitions_cmd
 from fabriclab.cli import policy as policy_cmd
 from fabriclab.cli import qos as qos_cmd
 from fabriclab.cli import route as route_cmd
+from fabriclab.cli import scenario as scenario_cmd
 from fabriclab.cli import serve as serve_cmd
 from fabriclab.cli import sim as sim_cmd
 from fabriclab.cli import topo as topo_cmd
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     route_cmd.register(commands)
     serve_cmd.register(commands)
     emulate_cmd.register(commands)
+    scenario_cmd.register(commands)
     traffic_cmd.register(commands)
     trace_cmd.register(commands)
     sim_cmd.register(commands)

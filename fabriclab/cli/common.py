@@ -193,3 +193,8 @@ def output_file(output: str | Path, option: str = "-o/--output") -> Iterator[Pat
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
+
+
+#: `--cc` of `emulate up`, `scenario run` and `compare`.
+CC_CHOICES = ("none", "dcqcn")
+CC_HELP = "congestion control of the RoCE senders (default: the file's `cc:`; docs/congestion.md)"

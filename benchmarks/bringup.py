@@ -10,12 +10,12 @@ load and its CPU busy fraction (/proc/stat).  Idle CPU of the switches and the c
 a few seconds after bring-up.  `--repeat N` runs each case N times in this process and summarises every
 figure as p50/p95/max over the runs that verified all pairs (n says how many); every run is kept.
 
-    python benchmarks/emulation.py            # k=4, k=8 fat-trees and a 64-GPU rail fabric, system OVS
-    python benchmarks/emulation.py --cases k4 --shards 2 --repeat 20
-    python benchmarks/emulation.py --cases k4 --shards 1,2 --crossing vxlan   # unsharded baseline too
-    python benchmarks/emulation.py --cases k16,rail1024 --repeat 3 --out benchmarks/results/X.json
-    python benchmarks/emulation.py --cases k4,k8 --baseline   # also Mininet's own nodes, same process
-    python benchmarks/emulation.py --cases k16 --scale none --cables patch,veth --repeat 3   # A/B
+    python benchmarks/bringup.py            # k=4, k=8 fat-trees and a 64-GPU rail fabric, system OVS
+    python benchmarks/bringup.py --cases k4 --shards 2 --repeat 20
+    python benchmarks/bringup.py --cases k4 --shards 1,2 --crossing vxlan   # unsharded baseline too
+    python benchmarks/bringup.py --cases k16,rail1024 --repeat 3 --out benchmarks/results/X.json
+    python benchmarks/bringup.py --cases k4,k8 --baseline   # also Mininet's own nodes, same process
+    python benchmarks/bringup.py --cases k16 --scale none --cables patch,veth --repeat 3   # A/B
 Needs root, Open vSwitch and Mininet (Debian's mnexec).  `--shards` defaults per case: k16 on 8 shards,
 rail1024 on 4, the others on the system OVS (1).  A case is keyed `NAME`, `NAME-sN` or `NAME-sN-vxlan`,
 then `-patch`/`-veth` when `--cables` names what a cable inside a shard is (default auto: patch ports
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# The repository first, before this script's own folder (whose emulation.py would shadow the package).
+# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
 sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
 
 from benchmarks.out import out_file, write_out  # noqa: E402

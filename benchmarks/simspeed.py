@@ -16,9 +16,9 @@ Prints (or writes with --out) one JSON document:
 Every case reports the machine's load average before and after; the integrator re-runs final figures on a
 quiet machine:
 
-    python benchmarks/flowsim.py --out benchmarks/results/flowsim.json
-    python benchmarks/flowsim.py --quick            # small sizes, seconds (what the test runs)
-    python benchmarks/flowsim.py --parts solve,scaling --max-k 24
+    python benchmarks/simspeed.py --out benchmarks/results/flowsim.json
+    python benchmarks/simspeed.py --quick            # small sizes, seconds (what the test runs)
+    python benchmarks/simspeed.py --parts solve,scaling --max-k 24
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this file's folder comes first on sys.path and its name would shadow the flowsim package
+# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
