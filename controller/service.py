@@ -28,13 +28,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controller.core.arp import arp_answer
 from controller.core.events import (
     Command,
     CountersSampled,
     Event,
     FlowRemoval,
     FlowsRemoved,
-    HostSeen,
     LinkSighting,
     LinksSeen,
     Log,
@@ -63,7 +63,6 @@ from controller.core.events import (
 from controller.core.fabric import FabricCore
 from controller.core.state import Config, FabricState
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
-from controller.sm.isolation import arp_allowed
 from controller.sm.manager import SubnetContext
 from controller.sm.partitions import PartitionError, Partitions
 from controller.sm.policies import PolicyChoice, PolicyError
@@ -311,19 +310,12 @@ class FabricService:
         self._queue.put(LinkSighting(src_dpid, src_port, dst_dpid, dst_port, now))
 
     def arp_request(self, dpid: int, in_port: int, arp: Any, now: float) -> int | None:
-        """Answered at once from the address table (fixed at start); the sighting goes to the core."""
-        addresses = self.context.addresses
-        asker = addresses.by_ipv4.get(arp.sender_ip)
-        if asker is not None and asker.mac == arp.sender_mac:
-            self._queue.put(HostSeen(asker.host, asker.port, dpid, in_port, now))
-        target = addresses.by_ipv4.get(arp.target_ip)
-        if target is None:
-            return None
-        partitions = self._published.state.config.partitions
-        switch = self.context.switch_of_dpid.get(dpid)
-        if not arp_allowed(partitions, self.context.attached, switch, in_port, target.host):
-            return None  # another tenant's address is not revealed
-        return target.mac
+        """Answered at once (`controller.core.arp`, from the published state); the sighting: to the core."""
+        answer = arp_answer(self.context, self._published.state.config.partitions, dpid, in_port,
+                            arp.sender_ip, arp.sender_mac, arp.target_ip, now)  # fmt: skip
+        if answer.seen is not None:
+            self._queue.put(answer.seen)
+        return answer.reply_mac
 
     # --- operator requests -------------------------------------------------------------------------------
 

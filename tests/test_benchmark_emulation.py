@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from benchmarks import emulation as bench
+from benchmarks import bringup as bench
 
 
 def test_summarise_is_p50_p95_max_with_n() -> None:
