@@ -22,15 +22,13 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controller.core.arp import arp_answer
 from controller.core.events import (
-    Command,
     CountersSampled,
     Event,
     FlowRemoval,
@@ -55,13 +53,13 @@ from controller.core.events import (
     SwitchConnected,
     SwitchDisconnected,
     SwitchesConnected,
-    SwitchesRead,
     SwitchRead,
     SwitchReadFailed,
     Tick,
 )
-from controller.core.fabric import FabricCore
+from controller.core.fabric import FabricCore, Step
 from controller.core.state import Config, FabricState
+from controller.executor import Executor
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
 from controller.sm.manager import SubnetContext
 from controller.sm.partitions import PartitionError, Partitions
@@ -155,8 +153,6 @@ _BATCHED: dict[type, Callable[[tuple[Any, ...]], Event]] = {
     FlowRemoval: FlowsRemoved,
     SwitchConnected: lambda batch: SwitchesConnected(tuple(e.dpid for e in batch)),
 }
-#: Switches read back at once (a batch of connections): one thread each, up to this many.
-MAX_CONCURRENT_READS = 32
 #: A push's barrier deadline grows with its size: 10 s, plus a second per this many messages (a whole k=16
 #: fabric's first push is ~350,000 flow-mods over 2 cores' worth of ovs-vswitchd).
 PUSH_MESSAGES_PER_S = 2000
@@ -195,6 +191,8 @@ class FabricService:
         #: Held while the state is saved; `_closed` (set by `stop`) refuses saves after it.
         self._saving = threading.Lock()
         self._closed = False
+        self._executor = Executor(core, _ServiceEffects(self), clock, batch_reads=True,
+                                  on_step=self._on_step, on_error=self._on_error)  # fmt: skip
 
     @classmethod
     def for_fabric(
@@ -412,81 +410,19 @@ class FabricService:
             self._run(event)
 
     def _run(self, event: Event) -> None:
-        """Hand `event` to the core, execute its commands, and feed their outcomes back until done."""
-        pending: deque[Event] = deque([event])
-        while pending:
-            current = pending.popleft()
-            try:
-                step = self.core.handle(self._state, self.clock(), current)
-            except Exception as exc:  # a bug: keep the old state, tell a waiting caller, carry on
-                LOG.exception("handling %s failed", type(current).__name__)
-                if isinstance(current, RoutingRequested | PolicyRequested | PartitionsRequested):
-                    self._reply(Reply(current.request, error=exc))
-                continue
-            self._state = step.state
-            self._publish(state=step.state)
-            for record in step.records:
-                LOG.info("event %s", record.as_dict())
-            outcomes = self._execute_all(step.commands)
-            pending.extendleft(reversed(outcomes))  # depth first: a command's outcome before anything else
+        """Hand `event` to the core, execute its commands, and feed their outcomes back until done
+        (`controller.executor`); a core that raises keeps its old state and tells a waiting caller."""
+        self._state = self._executor.run(self._state, event)
 
-    def _execute_all(self, commands: Sequence[Command]) -> list[Event]:
-        """Every command's outcome, in order; several `ReadSwitch` of one step are made concurrently
-        (round trips to different switches overlap) and come back as one `SwitchesRead`, after the other
-        commands' outcomes, with a `SwitchReadFailed` for each read that failed."""
-        reads = list(dict.fromkeys(c for c in commands if isinstance(c, ReadSwitch)))
-        if len(reads) < 2:
-            return [o for o in map(self._execute, commands) if o is not None]
-        others = [c for c in commands if not isinstance(c, ReadSwitch)]
-        outcomes = [o for o in map(self._execute, others) if o is not None]
-        with ThreadPoolExecutor(min(MAX_CONCURRENT_READS, len(reads)), "read-switch") as pool:
-            results = list(pool.map(self._execute, reads))
-        done = tuple(r for r in results if isinstance(r, SwitchRead))
-        if done:
-            outcomes.append(SwitchesRead(done))
-        outcomes += [r for r in results if r is not None and not isinstance(r, SwitchRead)]
-        return outcomes
+    def _on_step(self, step: Step) -> None:
+        self._state = step.state
+        self._publish(state=step.state)
+        for record in step.records:
+            LOG.info("event %s", record.as_dict())
 
-    def _execute(self, command: Command) -> Event | None:
-        sb = self.southbound
-        assert sb is not None, "service not started"
-        if isinstance(command, ReadSwitch):
-            try:
-                snap = sb.read_switch(command.dpid)
-            except Exception as exc:  # gone, timed out: the core decides what next
-                return SwitchReadFailed(command.dpid, f"{type(exc).__name__}: {exc}")
-            return SwitchRead(command.dpid, dict(snap.ports), tuple(snap.flows), tuple(snap.groups))
-        if isinstance(command, Push):
-            pushed = self.clock()
-            messages = sum(d.n_messages for d in command.deltas.values())
-            timeout_s = 10.0 + messages / PUSH_MESSAGES_PER_S
-            problems = sb.push(command.deltas, "make", timeout_s) if command.deltas else {}
-            made = self.clock()  # every new path is in place: what traffic needs
-            rest = {k: v for k, v in command.deltas.items() if k not in problems}
-            if rest:
-                problems.update(sb.push(rest, "break", timeout_s))
-            return RolloutDone(command.rollout, problems, pushed, made, self.clock())
-        if isinstance(command, ProbeLinks):
-            sb.probe_links(command.dpids)
-            return None
-        if isinstance(command, Save):
-            if self.store is None:
-                return Saved()
-            with self._saving:
-                if self._closed:
-                    return Saved(error="StateError: the controller is stopping")
-                try:
-                    self.store.save(command.state)
-                except Exception as exc:
-                    return Saved(error=f"{type(exc).__name__}: {exc}")
-            return Saved()
-        if isinstance(command, Log):
-            LOG.log(_LEVELS[command.level], "%s", command.message)
-            return None
-        if isinstance(command, Reply):
-            self._reply(command)
-            return None
-        raise TypeError(f"unknown command {command!r}")
+    def _on_error(self, event: Event, exc: Exception) -> None:
+        if isinstance(event, RoutingRequested | PolicyRequested | PartitionsRequested):
+            self._reply(Reply(event.request, error=exc))
 
     def _reply(self, reply: Reply) -> None:
         with self._requests_lock:
@@ -541,6 +477,63 @@ class FabricService:
                 self._sample_queued.set()
                 tx = {key: int(c.get("tx_bytes", 0)) for key, c in raw.items()}
                 self._queue.put(CountersSampled(at, tx, slots))
+
+
+class _ServiceEffects:
+    """What the core's commands do in the running controller: the southbound, the state store, the log,
+    the callers waiting on a request (`controller.executor.Effects`)."""
+
+    def __init__(self, service: FabricService) -> None:
+        self.service = service
+
+    def _sb(self) -> Southbound:
+        sb = self.service.southbound
+        assert sb is not None, "service not started"
+        return sb
+
+    def read(self, command: ReadSwitch) -> Event:
+        try:
+            snap = self._sb().read_switch(command.dpid)
+        except Exception as exc:  # gone, timed out: the core decides what next
+            return SwitchReadFailed(command.dpid, f"{type(exc).__name__}: {exc}")
+        return SwitchRead(command.dpid, dict(snap.ports), tuple(snap.flows), tuple(snap.groups))
+
+    def push(self, command: Push) -> Event:
+        sb, clock = self._sb(), self.service.clock
+        pushed = clock()
+        messages = sum(d.n_messages for d in command.deltas.values())
+        timeout_s = 10.0 + messages / PUSH_MESSAGES_PER_S
+        problems = sb.push(command.deltas, "make", timeout_s) if command.deltas else {}
+        made = clock()  # every new path is in place: what traffic needs
+        rest = {k: v for k, v in command.deltas.items() if k not in problems}
+        if rest:
+            problems.update(sb.push(rest, "break", timeout_s))
+        return RolloutDone(command.rollout, problems, pushed, made, clock())
+
+    def probe(self, command: ProbeLinks) -> None:
+        self._sb().probe_links(command.dpids)
+
+    def save(self, command: Save) -> Saved:
+        service = self.service
+        if service.store is None:
+            return Saved()
+        with service._saving:
+            if service._closed:
+                return Saved(error="StateError: the controller is stopping")
+            try:
+                service.store.save(command.state)
+            except Exception as exc:
+                return Saved(error=f"{type(exc).__name__}: {exc}")
+        return Saved()
+
+    def log(self, command: Log) -> None:
+        LOG.log(_LEVELS[command.level], "%s", command.message)
+
+    def reply(self, command: Reply) -> None:
+        self.service._reply(command)
+
+    def drain(self) -> list[Event]:
+        return []  # LLDP answers arrive on the southbound's thread, through the queue
 
 
 _COUNTER_FIELDS = tuple(PortCounters.__dataclass_fields__)

@@ -1,15 +1,14 @@
 """Drive the controller's decision core without threads: events in, commands executed against fake switches.
 
-`CoreDriver` does what `controller.service.FabricService` does — hand an event to `FabricCore.handle`, run
-the commands it returns against the fake southbound (real OpenFlow bytes, see `tests.fakes`), feed their
-outcomes back depth first — but synchronously, with a clock the test sets.  Tests keep every step.
+`CoreDriver` runs the controller's own executor (`controller.executor`, as `controller.service.FabricService`
+does on its worker thread) — an event to `FabricCore.handle`, the commands it returns carried out against
+the fake southbound (real OpenFlow bytes, see `tests.fakes`), their outcomes fed back depth first — but
+synchronously, with a clock the test sets and each read made on its own.  Tests keep every step.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from controller.core.events import (
     Event,
@@ -32,6 +31,7 @@ from controller.core.events import (
 )
 from controller.core.fabric import FabricCore, Step
 from controller.core.state import Config, FabricState, Record
+from controller.executor import Executor
 from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import SubnetContext
 from controller.sm.partitions import Partitions
@@ -74,50 +74,56 @@ class CoreDriver:
     # --- driving -----------------------------------------------------------------------------------------
 
     def feed(self, event: Event, now: float | None = None) -> list[Step]:
-        """Handle `event` at `now` (default: the driver's clock) and everything it causes."""
+        """Handle `event` at `now` (default: the driver's clock) and everything it causes, through the
+        controller's own executor (`controller.executor`)."""
         if now is not None:
             self.now = now
         steps: list[Step] = []
-        pending: deque[Event] = deque([event])
-        while pending:
-            step = self.core.handle(self.state, self.now, pending.popleft())
+
+        def on_step(step: Step) -> None:  # the state as of each step: tests look between a push's phases
             self.state = step.state
             steps.append(step)
-            outcomes = [o for o in map(self._execute, step.commands) if o is not None]
-            if self._sightings:
-                outcomes.append(LinksSeen(tuple(self._sightings)))
-                self._sightings = []
-            pending.extendleft(reversed(outcomes))
+
+        self.state = Executor(self.core, self, lambda: self.now, on_step=on_step).run(self.state, event)
         self.steps += steps
         return steps
 
-    def _execute(self, command: Any) -> Event | None:
-        if isinstance(command, ReadSwitch):
-            if command.dpid not in self.sb.up:
-                return SwitchReadFailed(command.dpid, "not connected")
-            snap = self.sb.read_switch(command.dpid)
-            return SwitchRead(command.dpid, snap.ports, tuple(snap.flows), tuple(snap.groups))
-        if isinstance(command, Push):
-            pushed = self.now
-            problems = self.sb.push(command.deltas, "make")
-            rest = {k: v for k, v in command.deltas.items() if k not in problems}
-            problems.update(self.sb.push(rest, "break"))
-            return RolloutDone(command.rollout, problems, pushed, pushed + 0.001, pushed + 0.002)
-        if isinstance(command, ProbeLinks):
-            self.sb.probe_links(command.dpids)
-            return None
-        if isinstance(command, Save):
-            if self.save_error is not None:
-                return Saved(self.save_error)
-            self.saves.append(command.state)
-            return Saved()
-        if isinstance(command, Log):
-            self.logs.append(command)
-            return None
-        if isinstance(command, Reply):
-            self.replies[command.request] = command
-            return None
-        raise TypeError(command)
+    # --- Effects: what each command does here ------------------------------------------------------------
+
+    def read(self, command: ReadSwitch) -> Event:
+        if command.dpid not in self.sb.up:
+            return SwitchReadFailed(command.dpid, "not connected")
+        snap = self.sb.read_switch(command.dpid)
+        return SwitchRead(command.dpid, snap.ports, tuple(snap.flows), tuple(snap.groups))
+
+    def push(self, command: Push) -> Event:
+        pushed = self.now
+        problems = self.sb.push(command.deltas, "make")
+        rest = {k: v for k, v in command.deltas.items() if k not in problems}
+        problems.update(self.sb.push(rest, "break"))
+        return RolloutDone(command.rollout, problems, pushed, pushed + 0.001, pushed + 0.002)
+
+    def probe(self, command: ProbeLinks) -> None:
+        self.sb.probe_links(command.dpids)
+
+    def save(self, command: Save) -> Saved:
+        if self.save_error is not None:
+            return Saved(self.save_error)
+        self.saves.append(command.state)
+        return Saved()
+
+    def log(self, command: Log) -> None:
+        self.logs.append(command)
+
+    def reply(self, command: Reply) -> None:
+        self.replies[command.request] = command
+
+    def drain(self) -> list[Event]:
+        """The fake switches answered LLDP probes synchronously: one `LinksSeen` after the step's outcomes."""
+        if not self._sightings:
+            return []
+        seen, self._sightings = LinksSeen(tuple(self._sightings)), []
+        return [seen]
 
     def start(self) -> list[Step]:
         return self.feed(Start())
