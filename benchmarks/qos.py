@@ -4,7 +4,7 @@
 
 One fabric (Mininet + userspace OVS, links scaled so a link carries `--link-pps` 1042-byte probe packets a
 second); first the strict-priority run without QoS (plain FIFO links), then the policy of
-scenarios/qos-tenants.yaml on every switch port (`emulation.qos`), and per run:
+scenarios/qos-tenants.yaml on every switch port (`emulation.qosqueues`), and per run:
 
 * weighted: training (VL1, weight 192) and kvcache (VL2, weight 64) from h1 and h2, each at the link rate,
   into h3: the ratio of their received rates (configured 3.0);

@@ -64,7 +64,7 @@ from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupI
 from controller.sm.manager import SubnetContext
 from controller.sm.partitions import PartitionError, Partitions
 from controller.sm.policies import PolicyChoice, PolicyError
-from controller.state import StateError, StateStore
+from controller.statestore import StateError, StateStore
 from topologies.model import Fabric
 
 LOG = logging.getLogger("fabriclab.controller")

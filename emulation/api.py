@@ -90,7 +90,7 @@ def create_app(
         @app.get(f"{API}/qos/counters")
         def qos_queue_counters() -> dict[str, dict[str, dict[str, int]]]:
             """Per switch port (`leaf1:3`), per queue (`q1`; a rate-limited SL's leaf `q3/sl3`): bytes,
-            packets, drops, overlimits and backlog of the QoS queues (`emulation.qos`)."""
+            packets, drops, overlimits and backlog of the QoS queues (`emulation.qosqueues`)."""
             return qos_counters()
 
     @app.get(f"{API}/faults", response_model=list[FaultRecord])

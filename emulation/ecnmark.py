@@ -37,7 +37,7 @@ Placement: the marker must see the packets before anything steals them, so its f
 than the filters already on the hook (the default picks one).  A packet redirected to an IFB comes back
 through this device's egress hook after the IFB's queue: the kernel then skips tc *actions* but still runs
 direct-action classifiers, so pass `ifb=` to ignore packets re-injected by it (else each counts twice).
-On a QoS port (`emulation.qos`) the redirect is already at pref 1 and the IFB's HTB is the queue: attach
+On a QoS port (`emulation.qosqueues`) the redirect is already at pref 1 and the IFB's HTB is the queue: attach
 the marker to the IFB itself (`qos.ifb_name(intf)`), whose egress hook sees each packet once.  Devices must
 be in this process's network namespace (`tc -n` remounts /sys, hiding the pins); pins live under
 /sys/fs/bpf/fabriclab/<tag>/ (bpffs is mounted there if it is not yet).

@@ -195,7 +195,7 @@ class MininetFabric:
         self._hosts: dict[str, lightnet.LightHost] = {}
         self.buffer_packets = buffer_packets
         self.burst_bytes = burst_bytes
-        #: a `controller.sm.qos.QosPolicy` realised on every switch port (`emulation.qos`); needs a scale
+        #: a `controller.sm.qos.QosPolicy` realised on every switch port (`emulation.qosqueues`); needs scale
         self.qos = qos
         self.qos_devices: list[str] = []
         if qos is not None and scale is None:
@@ -472,8 +472,8 @@ class MininetFabric:
         return [SwitchDaemon()]
 
     def _apply_qos(self, scale: Scale) -> None:
-        """The QoS policy's queues on every switch port's egress (see `emulation.qos` for the design)."""
-        from emulation import qos as emu_qos  # noqa: PLC0415
+        """The QoS policy's queues on every switch port's egress (`emulation.qosqueues` has the design)."""
+        from emulation import qosqueues as emu_qos  # noqa: PLC0415
 
         ports = []
         for link in self.fabric.links:
@@ -490,7 +490,7 @@ class MininetFabric:
     def qos_counters(self) -> dict[str, dict[str, dict[str, int]]]:
         """Per switch port (`node:port`), per queue: what its QoS queues sent and dropped."""
         from controller.sm.qos import queue_plan  # noqa: PLC0415
-        from emulation import qos as emu_qos  # noqa: PLC0415
+        from emulation import qosqueues as emu_qos  # noqa: PLC0415
 
         if self.qos is None:
             return {}
@@ -511,7 +511,7 @@ class MininetFabric:
         net, self.net = self.net, None
         names = list(self.names.values())
         if self.qos_devices:
-            from emulation import qos as emu_qos  # noqa: PLC0415
+            from emulation import qosqueues as emu_qos  # noqa: PLC0415
 
             emu_qos.remove(self.qos_devices)
             self.qos_devices = []

@@ -7,7 +7,7 @@
 the same every time); `--spray OFFSET` gives every packet another source port (`traffic.entropy`), as a
 RoCE NIC spraying over multipath does.  Both write the UDP header themselves on a raw IP socket (the kernel
 adds the IP header; checksum 0, which IPv4 allows), so any port is possible without a socket per port.
-`--dscp N` marks every packet's traffic class (IP TOS = N << 2): QoS classifies by it (`emulation.qos`).
+`--dscp N` marks every packet's traffic class (IP TOS = N << 2): QoS classifies by it (`emulation.qosqueues`).
 The receiver counts packets that arrive behind a later one (`out_of_order`) and how far behind the
 furthest was (`reorder_max`): spraying reorders, and RoCE pays for it.
 

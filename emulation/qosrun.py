@@ -2,7 +2,7 @@
 bottleneck, per-class throughput and one-way latency, with and without the policy on the same fabric.
 
 `QosBench` starts the controller and a Mininet fabric once (plain HTB links), runs flow sets with `run()`,
-and `apply_qos()` switches the fabric's switch ports to the policy's queues (`emulation.qos`) so that a
+and `apply_qos()` switches the fabric's switch ports to the policy's queues (`emulation.qosqueues`) so that a
 baseline and a QoS run share one fabric.  Used by tests/test_qos_emulated.py and benchmarks/qos.py.
 """
 

@@ -61,7 +61,7 @@ class UpOptions:
     name_prefix: str = ""
     #: Routing-policy options for the controller this starts (`--policy adaptive --threshold 0.7 ...`).
     policy_args: tuple[str, ...] = ()
-    #: QoS policy file: given to the controller this starts, realised on every switch port (`emulation.qos`).
+    #: QoS policy file: for the controller this starts, and queues on every switch port (emulation.qosqueues).
     qos: Path | None = None
     #: Switches on this many ovs-vswitchd instances (`emulation.shards`); 1: the system's OVS.
     shards: int = 1

@@ -36,7 +36,7 @@ from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import SubnetContext
 from controller.sm.partitions import Partitions
 from controller.sm.policies import PolicyParams
-from controller.state import SavedState
+from controller.statestore import SavedState
 from tests.fakes import FakeFabric, FakeSouthbound
 from topologies.model import Fabric
 

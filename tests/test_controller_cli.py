@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.state import StateStore
+from controller.statestore import StateStore
 from emulation.controlproc import ControllerProcess
 from tests.conftest import ROOT
 

@@ -39,7 +39,7 @@ from controller.core.fabric import (
 from controller.core.state import Config, RecordKind
 from controller.sm.intents import FlowIntent, ForwardingOptions, generation_of
 from controller.sm.manager import SubnetContext
-from controller.state import SavedState
+from controller.statestore import SavedState
 from tests.core_driver import CoreDriver
 from topologies.generators import fat_tree, leaf_spine
 

@@ -357,7 +357,7 @@ def test_non_ip_frames_pass_untouched(link: Link) -> None:
 
 
 def _redirect(dev: str, pref: int, ifb: str) -> None:
-    """The QoS layout (`emulation.qos`): clsact on `dev`, every IP packet redirected to `ifb` at `pref`."""
+    """The QoS layout (`emulation.qosqueues`): clsact on dev, every IP packet redirected to ifb at pref."""
     _sh("tc", "qdisc", "add", "dev", dev, "clsact")
     _sh("tc", "filter", "add", "dev", dev, "egress", "pref", str(pref), "protocol", "ip", "u32", "match",
         "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb)  # fmt: skip

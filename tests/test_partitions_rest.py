@@ -14,7 +14,7 @@ import pytest
 
 from controller.partitions_file import load_partitions
 from controller.service import FabricService
-from controller.state import StateStore
+from controller.statestore import StateStore
 from tests.test_rest_api import Rig
 from topologies.generators import fat_tree
 

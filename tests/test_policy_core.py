@@ -17,7 +17,7 @@ from controller.core.fabric import StateNotSaved
 from controller.core.state import RecordKind
 from controller.sm.intents import FlowKey, ForwardingOptions
 from controller.sm.policies import SLOTS, PolicyChoice, PolicyError, PolicyParams, weights_of
-from controller.state import SavedState, StateError, StateStore
+from controller.statestore import SavedState, StateError, StateStore
 from tests.core_driver import CoreDriver
 from topologies.generators import fat_tree, leaf_spine
 from topologies.model import Fabric

@@ -1,5 +1,5 @@
 """QoS on real packets: a k=4 fat-tree on Mininet + userspace OVS with the policy's queues on every switch
-port (`emulation.qos`), two or three DSCP-marked classes into one bottleneck (h3's downlink).
+port (`emulation.qosqueues`), two or three DSCP-marked classes into one bottleneck (h3's downlink).
 
 The links are scaled from this machine's calibrated capacity (`k4_capacity`) so the load stays within what
 the emulator carries; every run's headroom verdict says whether the emulator kept up.  What holds at any

@@ -26,8 +26,8 @@ from controller.sm.qos import (
     sl_to_dscp,
     sl_to_pcp,
 )
-from controller.state import StateStore
-from emulation.qos import PortShape, leaf_of, parse_class_stats, tc_lines
+from controller.statestore import StateStore
+from emulation.qosqueues import PortShape, leaf_of, parse_class_stats, tc_lines
 from emulation.qosreport import class_summary
 from fabriclab.cli import main
 from tests.conftest import ROOT

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from controller.core.state import FabricState
 from controller.rest.api import create_app
 from controller.service import FabricService
-from controller.state import StateStore
+from controller.statestore import StateStore
 from tests.fakes import FakeFabric, FakeSouthbound
 from topologies.generators import fat_tree
 

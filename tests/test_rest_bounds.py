@@ -20,7 +20,7 @@ from controller.observe import web
 from controller.qosstate import QOS_FILE, QosStore
 from controller.rest.api import create_app
 from controller.service import FabricService
-from controller.state import STATE_FILE, StateStore
+from controller.statestore import STATE_FILE, StateStore
 from tests.conftest import ROOT
 from tests.emulation_support import REQUIRE_ENV
 from tests.fakes import FakeFabric, FakeSouthbound

@@ -16,7 +16,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from controller.rest.api import create_app
 from controller.service import FabricService
-from controller.state import StateStore
+from controller.statestore import StateStore
 from tests.fakes import FakeFabric, FakeSouthbound
 from topologies.generators import fat_tree
 

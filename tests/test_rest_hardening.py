@@ -20,7 +20,7 @@ from controller.rest.api import create_app
 from controller.rest.common import API, MAX_BODY_BYTES, Guard, allowed_hosts, token_from_env
 from controller.service import MAX_PENDING_REQUESTS, Busy, FabricService
 from controller.sm.intents import SwitchDelta
-from controller.state import StateStore
+from controller.statestore import StateStore
 from tests.fakes import FakeFabric, FakeSouthbound
 from topologies.generators import fat_tree
 

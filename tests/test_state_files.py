@@ -16,8 +16,8 @@ import pytest
 from controller.qosstate import QOS_FILE, QosStore
 from controller.service import FabricService
 from controller.sm.intents import MAX_GENERATION
-from controller.state import STATE_FILE, StateError, StateStore
 from controller.statefile import MAX_DEPTH, read_json, write_json
+from controller.statestore import STATE_FILE, StateError, StateStore
 from emulation.controlproc import free_port
 from tests.conftest import ROOT
 from topologies.generators import fat_tree

@@ -15,7 +15,7 @@ import pytest
 
 from controller.sm.intents import MAX_GENERATION, GenerationExhausted, cookie_of, generation_of
 from controller.sm.manager import SubnetManager
-from controller.state import STATE_FILE, SavedState, StateError, StateStore
+from controller.statestore import STATE_FILE, SavedState, StateError, StateStore
 from emulation.controlproc import ControllerProcess, free_port
 from tests.conftest import ROOT
 from topologies.generators import fat_tree
@@ -73,7 +73,7 @@ def test_a_write_that_fails_half_way_keeps_the_old_state(tmp_path: Path) -> None
     script = (
         "import resource, signal, sys\n"
         "from pathlib import Path\n"
-        "from controller.state import SavedState, StateError, StateStore\n"
+        "from controller.statestore import SavedState, StateError, StateStore\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (20, 20))\n"
         "try:\n"

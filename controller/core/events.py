@@ -15,7 +15,7 @@ from enum import StrEnum
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
 from controller.sm.partitions import Partitions
 from controller.sm.policies import PolicyChoice
-from controller.state import SavedState
+from controller.statestore import SavedState
 
 # --- inputs ------------------------------------------------------------------------------------------------
 

@@ -79,7 +79,7 @@ from controller.sm.manager import Computation, SubnetContext
 from controller.sm.partitions_conf import resolve, rule_from_dict
 from controller.sm.policies import default_policies
 from controller.sm.validation import DISCOVERY_GRACE_S
-from controller.state import SavedState
+from controller.statestore import SavedState
 from topologies.errors import InputError
 from topologies.model import PortRef
 

@@ -11,7 +11,7 @@ from controller.core.events import Command, Log, LogLevel
 from controller.core.state import MAX_RECORDS, Config, FabricState, Record, RecordKind
 from controller.sm.intents import ForwardingOptions
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, default_policies
-from controller.state import SavedState
+from controller.statestore import SavedState
 
 
 class StateNotSaved(RuntimeError):

@@ -22,7 +22,7 @@ from controller.partitions_file import load_partitions
 from controller.qosload import load_policy
 from controller.sm.engines import UnknownEngine, default_registry
 from controller.sm.intents import ForwardingOptions
-from controller.state import StateError, StateStore
+from controller.statestore import StateError, StateStore
 from fabriclab.cli.common import CliError, check_bindable, check_distinct, endpoint, load_fabric, real
 from fabriclab.cli.policy import (
     add_policy_options,
