@@ -31,7 +31,7 @@ from controller.core.fabric import FabricCore  # noqa: E402
 from controller.observe.live import LiveOptions, LiveView  # noqa: E402
 from controller.observe.metrics import controller_registry  # noqa: E402
 from controller.observe.model import Layout  # noqa: E402
-from controller.service import PortCounters, PortStats, Published  # noqa: E402
+from controller.published import PortCounters, PortStats, Published  # noqa: E402
 from controller.sm.manager import SubnetContext  # noqa: E402
 from topologies.generators import fat_tree  # noqa: E402
 

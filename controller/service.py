@@ -60,6 +60,7 @@ from controller.core.events import (
 from controller.core.fabric import FabricCore, Step
 from controller.core.state import Config, FabricState
 from controller.executor import Executor
+from controller.published import PortCounters, PortStats, Published
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
 from controller.sm.manager import SubnetContext
 from controller.sm.partitions import PartitionError, Partitions
@@ -100,40 +101,6 @@ class Busy(RuntimeError):
 
 class Stopping(Busy):
     """The controller is shutting down: the change was not made (HTTP 503)."""
-
-
-@dataclass(frozen=True)
-class PortCounters:
-    rx_packets: int
-    tx_packets: int
-    rx_bytes: int
-    tx_bytes: int
-    rx_dropped: int
-    tx_dropped: int
-    rx_errors: int
-    tx_errors: int
-
-
-@dataclass(frozen=True)
-class PortStats:
-    """Port counters of every connected switch, polled together at `at` (seconds)."""
-
-    at: float
-    #: (switch name, port) -> counters
-    counters: Mapping[tuple[str, int], PortCounters] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Published:
-    """What readers see: the core's latest state, the latest port counters, and the fixed context."""
-
-    context: SubnetContext
-    state: FabricState
-    stats: PortStats | None
-    started_at: float
-    published_at: float
-    #: The poll before `stats` (rates and utilisation are differences of the two).
-    previous_stats: PortStats | None = None
 
 
 @dataclass

@@ -19,8 +19,8 @@ from controller.observe import web
 from controller.observe.live import LiveOptions, LiveView
 from controller.observe.metrics import RecordFollower
 from controller.observe.model import Layout, link_key, link_utilisation, per_mille
+from controller.published import PortCounters, PortStats
 from controller.rest.api import create_app
-from controller.service import PortCounters, PortStats
 from emulation.api import create_app as create_emulator_app
 from emulation.metrics import HeadroomReading, SwitchPort, emulator_registry
 from tests.conftest import ROOT

@@ -22,7 +22,7 @@ from typing import Any
 
 from controller.core.state import Record
 from controller.observe.model import COLLAPSE_ABOVE_NODES, Layout, link_utilisation, per_mille
-from controller.service import PortStats, Published
+from controller.published import PortStats, Published
 
 
 @dataclass(frozen=True)

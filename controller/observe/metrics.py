@@ -35,7 +35,7 @@ from prometheus_client.registry import Collector
 
 from controller.core.state import Config, FabricState, Record, RecordKind
 from controller.observe.model import Layout, link_key, link_utilisation
-from controller.service import PortCounters, Published
+from controller.published import PortCounters, Published
 
 #: Port counters exported per switch port: (metric name part, PortCounters field, help).
 PORT_FIELDS: tuple[tuple[str, str, str], ...] = (

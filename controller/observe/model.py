@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from controller.service import PortCounters, PortStats
+from controller.published import PortCounters, PortStats
 from topologies.model import Fabric, Link, PortRef
 from topologies.scale import Scale
 from topologies.tiers import Tiers

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from controller.service import PortCounters, Published
+from controller.published import PortCounters, Published
 from controller.sm.policies import PolicyRegistry
 from controller.sm.tables import Hop
 
