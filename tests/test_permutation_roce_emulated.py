@@ -60,6 +60,8 @@ def test_dcqcn_acts_where_flows_collide_and_not_under_spray(results: tuple[dict[
     f = summary["policies"]
     assert all(f[p]["cc"]["cc"] == "dcqcn" for p in POLICIES)
     assert f["static"]["cc"]["cnps_sent"] > 0 and f["ecmp"]["cc"]["cnps_sent"] > 0
+    if any(f[p]["emulator_overloaded"] for p in POLICIES):  # a late sender's burst may mark under spray too
+        pytest.skip("the emulator was overloaded: only what holds at any load was checked")
     assert f["spray"]["cc"]["cnps_sent"] < f["static"]["cc"]["cnps_sent"] / 4
 
 
