@@ -59,22 +59,30 @@ class Command(NamedTuple):
     error: str | None
 
 
-def page_commands(page: Path) -> list[Command]:
-    found: list[Command] = []
+def code_lines(page: Path) -> list[tuple[str, str]]:
+    """Every line of the page's fenced code blocks (continuations joined, `$ ` dropped), with the line after
+    it in its block ("" at the end): the output a command is shown giving."""
+    lines: list[tuple[str, str]] = []
     for block in FENCE.findall(page.read_text(encoding="utf-8")):
         rows = [r.strip() for r in re.sub(r"\\\n\s*", " ", block).splitlines()]
-        for i, row in enumerate(rows):
-            text = row.removeprefix("$ ")
-            if not text.startswith(PREFIXES):
-                continue
-            text = text.removeprefix("docker compose exec fabric ").split("  #")[0].strip()
-            following = rows[i + 1] if i + 1 < len(rows) else ""
-            error = (
-                following.removeprefix("fabriclab: error: ")
-                if following.startswith("fabriclab: error:")
-                else None
-            )
-            found.append(Command(text, error))
+        lines += [
+            (row.removeprefix("$ "), rows[i + 1] if i + 1 < len(rows) else "") for i, row in enumerate(rows)
+        ]
+    return lines
+
+
+def page_commands(page: Path) -> list[Command]:
+    found: list[Command] = []
+    for line, following in code_lines(page):
+        if not line.startswith(PREFIXES):
+            continue
+        text = line.removeprefix("docker compose exec fabric ").split("  #")[0].strip()
+        error = (
+            following.removeprefix("fabriclab: error: ")
+            if following.startswith("fabriclab: error:")
+            else None
+        )
+        found.append(Command(text, error))
     return found
 
 

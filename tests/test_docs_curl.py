@@ -9,7 +9,6 @@ emulation tests."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.test_docs import FENCE, PAGES
+from tests.test_docs import PAGES, code_lines
 from tests.test_rest_api import Rig
 
 
@@ -33,34 +32,30 @@ class Curl(NamedTuple):
 
 def curl_lines(page: Path) -> list[Curl]:
     found: list[Curl] = []
-    for block in FENCE.findall(page.read_text(encoding="utf-8")):
-        rows = [r.strip() for r in re.sub(r"\\\n\s*", " ", block).splitlines()]
-        for i, row in enumerate(rows):
-            text = row.removeprefix("$ ")
-            if not text.startswith("curl ") or "localhost:8080" not in text:
-                continue
-            words = shlex.split(text.split(" | ")[0], comments=True)
-            method, headers, body, url = "GET", {}, None, ""
-            k = 1
-            while k < len(words):
-                word = words[k]
-                if word == "-X":
-                    method, k = words[k + 1], k + 2
-                elif word == "-H":
-                    name, _, value = words[k + 1].partition(":")
-                    headers[name.strip()], k = value.strip(), k + 2
-                elif word in ("-d", "--data"):
-                    body, k = words[k + 1], k + 2
-                    method = "POST" if method == "GET" else method
-                elif word.startswith("-"):
-                    k += 1
-                else:
-                    url, k = word, k + 1
-            following = rows[i + 1] if i + 1 < len(rows) else ""
-            error = json.loads(following)["error"] if following.startswith('{"error"') else None
-            parts = urlsplit("http://" + url if "://" not in url else url)
-            path = parts.path + (f"?{parts.query}" if parts.query else "")
-            found.append(Curl(page.name, method, path, headers, body, error))
+    for text, following in code_lines(page):
+        if not text.startswith("curl ") or "localhost:8080" not in text:
+            continue
+        words = shlex.split(text.split(" | ")[0], comments=True)
+        method, headers, body, url = "GET", {}, None, ""
+        k = 1
+        while k < len(words):
+            word = words[k]
+            if word == "-X":
+                method, k = words[k + 1], k + 2
+            elif word == "-H":
+                name, _, value = words[k + 1].partition(":")
+                headers[name.strip()], k = value.strip(), k + 2
+            elif word in ("-d", "--data"):
+                body, k = words[k + 1], k + 2
+                method = "POST" if method == "GET" else method
+            elif word.startswith("-"):
+                k += 1
+            else:
+                url, k = word, k + 1
+        error = json.loads(following)["error"] if following.startswith('{"error"') else None
+        parts = urlsplit("http://" + url if "://" not in url else url)
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        found.append(Curl(page.name, method, path, headers, body, error))
     return found
 
 
