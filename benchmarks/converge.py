@@ -35,7 +35,6 @@ import numpy as np  # noqa: E402
 from benchmarks.out import emit, out_file  # noqa: E402
 from emulation.ovs import OvsDaemon  # noqa: E402
 from emulation.runner import run_scenario  # noqa: E402
-from emulation.scenario import load_scenario  # noqa: E402
 from flowsim.converge import (  # noqa: E402
     JUDGED_PERIODS,
     WINDOW_PERIODS,
@@ -46,6 +45,7 @@ from flowsim.converge import (  # noqa: E402
     per_run,
     simulated_rates,
 )
+from labspec.scenario import load_scenario  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "converge-k4.yaml"
 #: The measured mean-of-runs time may differ from the model's by this factor either way and still "hold".

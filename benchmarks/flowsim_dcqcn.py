@@ -42,7 +42,6 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 from benchmarks.out import emit, out_file  # noqa: E402
-from emulation.scenario import load_scenario  # noqa: E402
 from flowsim.ccmodel import convergence_s  # noqa: E402
 from flowsim.ccsim import CcSimulator  # noqa: E402
 from flowsim.engine import SimConfig, Simulator  # noqa: E402
@@ -50,6 +49,7 @@ from flowsim.fluidmodel import predicted_convergence_s  # noqa: E402
 from flowsim.metrics import summarise  # noqa: E402
 from flowsim.network import Network  # noqa: E402
 from flowsim.scenario import cc_setup, workload_of  # noqa: E402
+from labspec.scenario import load_scenario  # noqa: E402
 from topologies.generators import fat_tree, leaf_spine  # noqa: E402
 from topologies.loader import dump_yaml  # noqa: E402
 

@@ -199,7 +199,7 @@ def reaction(trials: int, workdir: Path) -> dict[str, Any]:
 
 def compare(workdir: Path) -> dict[str, Any]:
     from emulation.compare import run_compare  # noqa: PLC0415
-    from emulation.scenario import load_scenario  # noqa: PLC0415
+    from labspec.scenario import load_scenario  # noqa: PLC0415
 
     load_before = _load()
     start = time.perf_counter()

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # first: this folder is not a package root
 
 from benchmarks.out import out_file, write_out  # noqa: E402
-from controller.qosload import load_policy  # noqa: E402
+from controller.formats.qosload import load_policy  # noqa: E402
 from emulation.mnfabric import remove  # noqa: E402
 from emulation.ovs import OvsDaemon  # noqa: E402
 from emulation.qosrun import ClassFlow, QosBench, link_scale  # noqa: E402

@@ -182,8 +182,8 @@ def case_ring(policy: str, quick: bool) -> dict[str, Any]:
 
 
 def case_moe(policy: str, quick: bool) -> dict[str, Any]:
-    from emulation.scenario import load_scenario  # noqa: PLC0415
     from flowsim.scenario import workload_of  # noqa: PLC0415
+    from labspec.scenario import load_scenario  # noqa: PLC0415
 
     if quick:
         net = Network.build(rail(servers=8, gpus=8, groups=2))

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from controller.core.arp import arp_answer
@@ -37,12 +37,15 @@ from controller.core.events import (
     LinksSeen,
     Log,
     LogLevel,
+    OperatorRequest,
+    PartitionEditRequested,
     PartitionsRequested,
     PolicyRequested,
     PortChange,
     PortsChanged,
     ProbeLinks,
     Push,
+    QosPolicyRequested,
     ReadSwitch,
     Reply,
     RolloutDone,
@@ -60,12 +63,15 @@ from controller.core.events import (
 from controller.core.fabric import FabricCore, Step
 from controller.core.state import Config, FabricState
 from controller.executor import Executor
+from controller.formats.qosfile import QosFileError, policy_from_data
 from controller.published import PortCounters, PortStats, Published
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
 from controller.sm.manager import SubnetContext
 from controller.sm.partitions import PartitionError, Partitions
+from controller.sm.pkey_edits import PartitionEdit
 from controller.sm.policies import PolicyChoice, PolicyError
-from controller.statestore import StateError, StateStore
+from controller.sm.qos import QosPolicy
+from controller.statestore import SavedState, StateError, StateStore
 from topologies.model import Fabric
 
 LOG = logging.getLogger("fabriclab.controller")
@@ -105,13 +111,12 @@ class Stopping(Busy):
 
 @dataclass
 class _Request:
-    event: _Operator
+    event: OperatorRequest
     future: Future[Any] = field(default_factory=Future)
     started: bool = False
     cancelled: bool = False
 
 
-_Operator = RoutingRequested | PolicyRequested | PartitionsRequested
 _STOP = object()
 #: Inputs that arrive in bursts and are handed to the core as one event each burst.
 _BATCHED: dict[type, Callable[[tuple[Any, ...]], Event]] = {
@@ -178,6 +183,9 @@ class FabricService:
         saved = store.load() if store is not None else None
         try:
             state = core.initial_state(saved)
+            if saved is not None and saved.qos is not None:
+                assert store is not None
+                state = _with_saved_qos(state, saved, store, fabric)
         except PolicyError as exc:
             assert store is not None  # defaults are valid: only a saved policy can be bad
             raise StateError(f"{store.path}: {exc}") from None
@@ -305,11 +313,17 @@ class FabricService:
         make-before-break; persisted first (same errors as `set_routing`)."""
         return self._ask(lambda request: PartitionsRequested(request, partitions, change), timeout_s)
 
-    def _ask(
-        self,
-        make: Callable[[int], RoutingRequested | PolicyRequested | PartitionsRequested],
-        timeout_s: float,
-    ) -> dict[str, Any]:
+    def edit_partitions(self, edit: PartitionEdit, timeout_s: float = 60.0) -> dict[str, Any]:
+        """One P_Key edit, decided by the core against the partitions running when the worker reaches it
+        (`controller.sm.pkey_edits`: `EditError` says why not), then as `set_partitions`."""
+        return self._ask(lambda request: PartitionEditRequested(request, edit), timeout_s)
+
+    def set_qos(self, policy: QosPolicy, source: str, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Replace the QoS policy (validated whole by the caller): persisted first, one generation, one
+        event (same errors as `set_routing`)."""
+        return self._ask(lambda request: QosPolicyRequested(request, policy, source), timeout_s)
+
+    def _ask(self, make: Callable[[int], OperatorRequest], timeout_s: float) -> dict[str, Any]:
         with self._requests_lock:
             waiting = sum(1 for r in self._requests.values() if not r.started)  # (the lock is not reentrant)
             if waiting >= MAX_PENDING_REQUESTS:
@@ -368,7 +382,7 @@ class FabricService:
             event = self._coalesce(item)
             if isinstance(event, CountersSampled):
                 self._sample_queued.clear()
-            if isinstance(event, RoutingRequested | PolicyRequested | PartitionsRequested):
+            if isinstance(event, OperatorRequest):
                 with self._requests_lock:
                     request = self._requests.get(event.request)
                     if request is None or request.cancelled:
@@ -388,7 +402,7 @@ class FabricService:
             LOG.info("event %s", record.as_dict())
 
     def _on_error(self, event: Event, exc: Exception) -> None:
-        if isinstance(event, RoutingRequested | PolicyRequested | PartitionsRequested):
+        if isinstance(event, OperatorRequest):
             self._reply(Reply(event.request, error=exc))
 
     def _reply(self, reply: Reply) -> None:
@@ -504,5 +518,20 @@ class _ServiceEffects:
 
 
 _COUNTER_FIELDS = tuple(PortCounters.__dataclass_fields__)
+
+
+def _with_saved_qos(state: FabricState, saved: SavedState, store: StateStore, fabric: Fabric) -> FabricState:
+    """The saved QoS policy, held to the policy file's rules against the fabric running now: `StateError`
+    naming the file and the field."""
+    legacy = store.qos_path != store.path  # a qos.json of older controllers: its field is "policy"
+    where = "policy" if legacy else "qos"
+    try:
+        policy = policy_from_data(saved.qos, f"{store.qos_path}: {where}", fabric)
+    except QosFileError as exc:
+        field = f"{where}.{exc.field}" if exc.field else where
+        raise StateError(f"{store.qos_path}: {field}: {exc.message}") from None
+    config = replace(state.config, qos=policy, qos_source=saved.qos_source or "saved")
+    return replace(state, config=config)
+
 
 __all__ = ["Busy", "FabricService", "PortCounters", "PortStats", "Published", "Southbound"]

@@ -1,5 +1,5 @@
-"""The files the controller keeps in --state-dir (`controller-state.json`, `qos.json`): one reader, one
-writer, one set of field checks, so every file it reads at start is held to the same rules.
+"""The files the controller reads in --state-dir (`controller-state.json`, an older controller's `qos.json`):
+one reader, one writer, one set of field checks, so every file it reads at start is held to the same rules.
 
 Reading: a regular file only (a FIFO would hang the start, `/dev/zero` would be read until memory runs
 out), at most `MAX_STATE_BYTES`, UTF-8 JSON without duplicate fields, NaN or Infinity, nested at most

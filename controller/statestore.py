@@ -1,9 +1,9 @@
 """What the controller persists in --state-dir: operator choices that must survive a restart.
 
-Only decisions live here (routing engine, forwarding options, routing policy and its parameters, the table
-generation counter so cookies keep increasing); everything else is recomputed from the topology and read
-back from the switches.  Files written before routing policies existed load with the policy their
-`multipath` flag meant (true: ecmp, false: static) and default parameters.
+Only decisions live here (routing engine, forwarding options, routing policy and its parameters, partitions,
+the QoS policy, the table generation counter so cookies keep increasing); everything else is recomputed from
+the topology and read back from the switches.  Files written before routing policies existed load with the
+policy their `multipath` flag meant (true: ecmp, false: static) and default parameters.
 
 - A save is atomic and durable: a new file with a unique name in the same directory, fsync, rename over the
   old one, fsync of the directory.  Two writers never share a temporary file, a crash leaves the old state
@@ -15,7 +15,7 @@ back from the switches.  Files written before routing policies existed load with
 - A damaged or hand-edited file (binary, not UTF-8, nested or oversized JSON, unknown or duplicate fields,
   a generation outside the cookie's 48 bits, a partition listed twice) is rejected whole with the file and
   the field at fault, never half-applied.  Reading, writing and the field checks are `controller.statefile`,
-  shared with `qos.json`.
+  shared with the `qos.json` of older controllers (read once when this file has no QoS policy).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import contextlib
 import fcntl
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,10 @@ class SavedState:
     classes: dict[str, str] | None = None
     #: Partitions set by file or REST, as `Partitions.as_dict()["partitions"]` (None: OpenSM's default).
     partitions: list[dict[str, Any]] | None = None
+    #: The QoS policy as file data (`controller.sm.qos.policy_data`; None: OpenSM's default) and where it
+    #: came from ("rest", "file PATH").  Checked against the fabric where it is used, not here.
+    qos: dict[str, Any] | None = None
+    qos_source: str | None = None
 
 
 _FIELDS: dict[str, type] = {"engine": str, "fast_failover": bool, "multipath": bool, "generation": int}
@@ -64,13 +68,19 @@ _OPTIONAL: dict[str, tuple[type, ...]] = {
     "hysteresis": (float, int),
     "classes": (dict,),
     "partitions": (list,),
+    "qos": (dict,),
+    "qos_source": (str,),
 }
+#: Where controllers before the QoS policy joined this file kept it (read once, if this file has none).
+LEGACY_QOS_FILE = "qos.json"
 
 
 class StateStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / STATE_FILE
+        #: The file the loaded QoS policy came from (this one, or a legacy `qos.json`): errors name it.
+        self.qos_path = self.path
         self._lock_fd: int | None = None
 
     # --- one controller per directory ----------------------------------------------------------------
@@ -122,7 +132,26 @@ class StateStore:
 
     def load(self) -> SavedState | None:
         data = read_json(self.path)
-        return None if data is None else self._check(data)
+        if data is None:
+            return None
+        state = self._check(data)
+        if state.qos is None:
+            state = self._legacy_qos(state)
+        return state
+
+    def _legacy_qos(self, state: SavedState) -> SavedState:
+        """A state directory from before QoS was saved here: its `qos.json` (held to the same rules), once;
+        the next save writes the policy into this file and `qos.json` is not read again."""
+        path = self.directory / LEGACY_QOS_FILE
+        data = read_json(path)
+        if data is None:
+            return state
+        fields = Fields(path, data, {"generation", "source", "policy"})
+        fields.integer("generation", 0, MAX_GENERATION, required=True)
+        source = fields.text("source", 200, default="saved")
+        policy = fields.get("policy", (dict,), required=True)
+        self.qos_path = path
+        return replace(state, qos=policy, qos_source=source)
 
     def _check(self, data: Any) -> SavedState:
         fields = Fields(self.path, data, set(_FIELDS) | set(_OPTIONAL) | {"format"})
@@ -136,6 +165,7 @@ class StateStore:
             if name in data:
                 values[name] = fields.get(name, kinds)
         fields.text("policy", 40)
+        fields.text("qos_source", 200)
         fields.integer("interval_ms", 1, 3_600_000)
         classes = values.get("classes")
         if classes is not None and not all(isinstance(v, str) for v in classes.values()):
@@ -202,6 +232,7 @@ def _read_pid(fd: int) -> int | None:
 
 
 __all__ = [
+    "LEGACY_QOS_FILE",
     "LOCK_FILE",
     "STATE_FILE",
     "SavedState",

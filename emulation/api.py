@@ -7,7 +7,7 @@ from real switches), so `fabriclab emulate up` serves this beside Mininet (defau
          -d '{"action": "link_down", "target": "leaf1:3"}'
     curl localhost:8081/api/v1/faults
 
-Same guard, error shape and token rules as the controller's API (`controller.rest.common`); `/metrics` serves
+Same guard, error shape and token rules as the controller's API (`controller.httpguard`); `/metrics` serves
 the emulator's own counters (`emulation.metrics`); the controller's live view may call it from the browser
 (CORS for the controller's origin only).
 """
@@ -23,7 +23,7 @@ from fastapi import Depends, FastAPI, Request
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict
 
-from controller.rest.common import (
+from controller.httpguard import (
     API,
     ApiError,
     ErrorBody,

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulation import workplan
 from emulation.ecnmark import EcnMarker, ecn_marking_available
 from emulation.mnfabric import MininetFabric
-from emulation.scenario import Scenario, nic_gbps
+from labspec import workplan
+from labspec.scenario import Scenario, nic_gbps
 from topologies.model import Fabric
 from topologies.scale import Scale
 from traffic.dcqcn import DcqcnParams

@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from emulation import rocerun, workplan
+from emulation import rocerun
 from emulation.runner import Progress, run_scenario
-from emulation.scenario import Scenario
-from emulation.workplan import Job
+from labspec import workplan
+from labspec.scenario import Scenario
+from labspec.workplan import Job
 from traffic.figures import JOB_FIELDS, Flows, JobInfo, summarise
 from traffic.patterns import bus_factor
 

@@ -1,6 +1,6 @@
 """RoCEv2 traffic inside a scenario run: collectives, trace replays and KV-cache transfers as RDMA WRITEs.
 
-The scenario's RoCE messages come from `emulation.workplan` (the same expansion the simulator uses): one
+The scenario's RoCE messages come from `labspec.workplan` (the same expansion the simulator uses): one
 QP per collective pair or trace connection, packets of the job's MTU, PSNs continuing along a QP.  Every
 host that sends or receives them runs one `traffic.rankagent`: it sends the host's messages (posted at
 their times, in order per QP, a stepped collective's step only once this rank has finished the one before,
@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.partitions_file import load_partitions
+from controller.formats.partitions_file import load_partitions
 from controller.sm.partitions import Partitions
-from emulation import workplan
 from emulation.mnfabric import MininetFabric
-from emulation.scenario import Scenario, nic_gbps
-from emulation.workplan import Job, Message
+from labspec import workplan
+from labspec.scenario import Scenario, nic_gbps
+from labspec.workplan import Job, Message
 from topologies.model import PortRef
 from traffic.patterns import bus_factor
 from traffic.roce import DEFAULT_PKEY

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controller.partitions_file import load_partitions
+from controller.formats.partitions_file import load_partitions
 from controller.sm.manager import SubnetManager
 from emulation import ccrun, isolation, rocerun
 from emulation.controlproc import ControllerProcess
@@ -36,9 +36,9 @@ from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
 from emulation.qosreport import class_summary
 from emulation.report import write_outputs
-from emulation.scenario import FlowPlan, Scenario, ScenarioError, emulator_refuses
 from emulation.sharded import ShardedFabric
 from emulation.shards import shard_refusal
+from labspec.scenario import FlowPlan, Scenario, ScenarioError, emulator_refuses
 from topologies.tiers import Tiers
 
 BASE_PORT = 6000

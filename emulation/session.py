@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.qosload import load_policy
+from controller.formats.qosload import load_policy
+from controller.httpguard import BackgroundServer, page_origins, serve_in_thread
 from controller.rest.client import ControllerClient
-from controller.rest.common import BackgroundServer, page_origins, serve_in_thread
 from controller.sm.manager import SubnetManager
 from emulation import ccrun, runfile
 from emulation.controlproc import ControllerProcess

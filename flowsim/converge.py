@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from emulation.scenario import Scenario
-from emulation.trafficspec import RoceIncast
 from flowsim.ccsim import CcSimulator
 from flowsim.engine import SimConfig
 from flowsim.fluidmodel import convergence_figures, predicted_convergence_s, solve
 from flowsim.network import F64, Network
 from flowsim.scenario import cc_setup, workload_of
+from labspec.scenario import Scenario
+from labspec.trafficspec import RoceIncast
 from traffic.dcqcn import DcqcnParams
 
 JUDGED_PERIODS, WINDOW_PERIODS, WITHIN = 1000, 100, 0.1

@@ -1,7 +1,7 @@
 """Scenario files for the simulator: the emulator's own parser and expansion, turned into a workload.
 
-`fabriclab sim` reads exactly what `fabriclab scenario run` reads (`emulation.scenario.load_scenario`:
-layered validation, file:line:field errors) and applies the rules of `emulation.workplan`, which the
+`fabriclab sim` reads exactly what `fabriclab scenario run` reads (`labspec.scenario.load_scenario`:
+layered validation, file:line:field errors) and applies the rules of `labspec.workplan`, which the
 emulator's agents follow too, so one scenario file describes one experiment:
 
 * **speeds**: links at the scenario's `scale` (the speeds the emulator shapes), NICs included;
@@ -24,11 +24,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from emulation import workplan
-from emulation.scenario import RoceCollective, RoceIncast, Scenario, collective_ranks, nic_gbps
 from flowsim.ccsim import CcSetup
 from flowsim.network import Network, SimInputError
 from flowsim.workload import Collective, FlowBatch, Workload, collective
+from labspec import workplan
+from labspec.scenario import RoceCollective, RoceIncast, Scenario, collective_ranks, nic_gbps
 from traffic.dcqcn import DcqcnParams
 from traffic.entropy import QP_BASE, QP_SPACE, flow_sports, pair_qp
 from traffic.figures import JobInfo

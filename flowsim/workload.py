@@ -77,11 +77,11 @@ class Collective:
     start_s: float = 0.0
     job: int = 0
     #: RDMA WRITE MTU: a transfer becomes ceil(bytes / mtu) packets of mtu + headers on the wire
-    #: (`emulation.workplan`); None: sizes are bytes on the wire.
+    #: (`labspec.workplan`); None: sizes are bytes on the wire.
     mtu: int | None = None
     #: Per rank: the pacer its sends share (index into `Workload.pacers_gbps`), -1 none.
     pacer: I32 | None = None
-    #: QPs of the ranks' pairs start here (`emulation.workplan.pair_qp`): the flows' source ports.
+    #: QPs of the ranks' pairs start here (`labspec.workplan.pair_qp`): the flows' source ports.
     qp_offset: int = 0
     #: 0 follow the policy, 1 one source port per QP, 2 a new port per packet.
     entropy: int = 0

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from emulation import workplan
-from emulation.ccspec import DcqcnError, DcqcnSpec, dcqcn_params
-from emulation.scenario import ScenarioError, load_scenario
+from labspec import workplan
+from labspec.ccspec import DcqcnError, DcqcnSpec, dcqcn_params
+from labspec.scenario import ScenarioError, load_scenario
 from tests.conftest import ROOT
 from topologies.errors import InputError
 from traffic.dcqcn import DcqcnParams

@@ -15,8 +15,8 @@ import pytest
 
 from emulation.controlproc import free_port
 from emulation.mnfabric import MininetFabric, Scale
-from emulation.scenario import load_scenario
 from fabriclab.cli import main
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from topologies.errors import InputError
 from topologies.loader import load_topology

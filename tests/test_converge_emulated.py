@@ -19,8 +19,8 @@ import pytest
 
 from emulation.mnfabric import mininet_available
 from emulation.runner import run_scenario
-from emulation.scenario import load_scenario
 from flowsim.converge import ConvergeCase, emulated_rates, per_run
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import ovs_daemon_fixture, require_emulation
 

@@ -23,7 +23,7 @@ from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric, Scale, host_shells, listening, mininet_available
 from emulation.ovs import OvsDaemon
 from emulation.runner import offered_load, run_name_prefix, run_scenario
-from emulation.scenario import load_scenario
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import (
     LOAD_SHARE,

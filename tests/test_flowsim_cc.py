@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from emulation.scenario import load_scenario
 from fabriclab.cli import main
 from flowsim.ccmodel import convergence_s, waterfill
 from flowsim.ccsim import CcSimulator
@@ -20,6 +19,7 @@ from flowsim.engine import SimConfig
 from flowsim.fluidmodel import predicted_convergence_s
 from flowsim.network import Network
 from flowsim.scenario import cc_setup, workload_of
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from topologies.generators import fat_tree
 from topologies.loader import dump_yaml

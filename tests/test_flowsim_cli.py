@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from emulation.scenario import emulator_refuses, load_scenario
 from flowsim.metrics import FIELDS as SIM_FIELDS
 from flowsim.metrics import compare, comparison_markdown
 from flowsim.network import Network
 from flowsim.scenario import workload_of
 from flowsim.sweep import Sweep, load_sweep, run_dask, run_local
+from labspec.scenario import emulator_refuses, load_scenario
 from tests.conftest import ROOT
 from topologies.errors import InputError
 

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from controller.sm.policies import PolicyParams, even_assignment
-from emulation.scenario import load_scenario
 from flowsim.adaptive import ControllerAdaptive
 from flowsim.engine import SimConfig, Simulator
 from flowsim.metrics import FIELDS, summarise
@@ -27,6 +26,7 @@ from flowsim.run import simulate
 from flowsim.scenario import workload_of
 from flowsim.slots import SlotTables
 from flowsim.workload import Workload, adhoc, offleaf_derangement, sized_batch
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from topologies.generators import fat_tree, leaf_spine
 from topologies.loader import load_topology

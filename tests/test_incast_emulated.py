@@ -20,8 +20,8 @@ from emulation.compare import cc_figures
 from emulation.ecnmark import ecn_marking_available
 from emulation.mnfabric import mininet_available
 from emulation.runner import run_scenario
-from emulation.scenario import load_scenario
 from fabriclab.cli import main
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import ovs_daemon_fixture, require_emulation
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from emulation.rocerun import ARRIVAL_BIN_S, RoceRun, incast_figures
-from emulation.workplan import Job
+from labspec.workplan import Job
 from traffic.wire import roce_frame_bytes
 
 FRAME = roce_frame_bytes(1024)

@@ -1,5 +1,5 @@
 """Job-level figures (`traffic.figures`), the open-loop drop model and the one expansion of a scenario's
-traffic that both instruments realise (`emulation.workplan`)."""
+traffic that both instruments realise (`labspec.workplan`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from emulation import workplan
-from emulation.scenario import load_scenario
 from flowsim.engine import SimConfig, Simulator
 from flowsim.maxmin import max_min, open_loop
 from flowsim.network import Network
 from flowsim.scenario import workload_of
+from labspec import workplan
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from traffic.entropy import flow_sport, flow_sports, pair_qp
 from traffic.figures import Flows, JobInfo, fct_slowdowns, job_completion, summarise

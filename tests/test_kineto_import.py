@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from emulation.scenario import load_scenario
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.kineto_fixtures import rank_trace, schedule, write_ranks
 from traffic.errors import TrafficError

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from controller.httpguard import BackgroundServer
 from controller.rest.client import ControllerClient, wait_for
-from controller.rest.common import BackgroundServer
 from controller.sm.manager import SubnetManager
 from emulation.controlproc import ControllerProcess, free_port
 from emulation.mnfabric import MininetFabric, mininet_available

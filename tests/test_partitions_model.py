@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.partitions_file import load_partitions
+from controller.formats.partitions_file import load_partitions
 from controller.sm.partitions import FULL_BIT, Membership, PartitionError, Partitions, parse_pkey
 from controller.sm.partitions_conf import parse_conf, resolve, tokens
 from emulation.rocerun import pair_pkey

@@ -19,9 +19,9 @@ import pytest
 
 from emulation.compare import run_compare
 from emulation.mnfabric import mininet_available
-from emulation.scenario import load_scenario
 from fabriclab.cli import main
 from fabriclab.cli.sim import scenario_reference
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import ovs_daemon_fixture, require_emulation
 

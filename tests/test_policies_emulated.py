@@ -25,8 +25,8 @@ import pytest
 from emulation.compare import run_compare
 from emulation.mnfabric import mininet_available
 from emulation.ovs import OvsDaemon
-from emulation.scenario import Scenario, load_scenario
 from fabriclab.cli.sim import scenario_reference
+from labspec.scenario import Scenario, load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import require_emulation
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from controller.qosload import load_policy
+from controller.formats.qosload import load_policy
 from emulation.mnfabric import mininet_available
 from emulation.ovs import OvsDaemon
 from emulation.qosrun import ClassFlow, QosBench, link_scale

@@ -12,9 +12,8 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from controller.qosfile import QosFileError, parse_policy, policy_from_data, to_data
-from controller.qosload import load_policy
-from controller.qosstate import QOS_FILE, QosStore
+from controller.formats.qosfile import QosFileError, parse_policy, policy_from_data
+from controller.formats.qosload import load_policy
 from controller.rest.api import create_app
 from controller.service import FabricService
 from controller.sm.qos import (
@@ -22,11 +21,12 @@ from controller.sm.qos import (
     dscp_to_sl,
     group_members,
     match_level,
+    policy_data,
     queue_plan,
     sl_to_dscp,
     sl_to_pcp,
 )
-from controller.statestore import StateStore
+from controller.statestore import STATE_FILE, StateStore
 from emulation.qosqueues import PortShape, leaf_of, parse_class_stats, tc_lines
 from emulation.qosreport import class_summary
 from fabriclab.cli import main
@@ -101,7 +101,7 @@ def test_group_members_by_guid_node_type_and_pkey(k4: Any) -> None:
 
 def test_file_round_trips_through_state_data(k4: Any) -> None:
     policy = load_policy(TENANTS, k4)
-    assert policy_from_data(json.loads(json.dumps(to_data(policy))), "saved", k4) == policy
+    assert policy_from_data(json.loads(json.dumps(policy_data(policy))), "saved", k4) == policy
 
 
 def test_opensm_default_is_one_queue() -> None:
@@ -224,8 +224,8 @@ class Rig:
         self.service = FabricService.for_fabric(fabric, StateStore(state_dir), lldp_interval_s=3600)
         fake = FakeFabric(fabric, self.service.context.addresses)
         self.service.start(FakeSouthbound(fake, self.service))
-        self.qos = QosStore(fabric, state_dir)
-        self.client = TestClient(create_app(self.service, token, qos=self.qos))
+        self.fabric = fabric
+        self.client = TestClient(create_app(self.service, token))
 
     def put(self, body: Any, query: str = "", **headers: str) -> Any:
         return self.client.put(f"/api/v1/qos{query}", content=json.dumps(body),
@@ -248,21 +248,30 @@ def tenants() -> dict[str, Any]:
 
 def test_rest_put_dry_run_then_apply_persist_and_event(rig: Rig, tmp_path: Path) -> None:
     auth = {"Authorization": "Bearer s3cret"}
-    assert rig.client.get("/api/v1/qos").json()["generation"] == 0
+    first = rig.client.get("/api/v1/qos").json()
+    assert first["source"] == "default"
+    start = first["generation"]
+    assert start == rig.client.get("/api/v1/health").json()["generation"]  # one generation for everything
     assert rig.put(tenants()).status_code == 401  # mutations need the token
     dry = rig.put(tenants(), "?dry_run=true", **auth)
     assert dry.status_code == 200 and "queues" in dry.json()["changes"]
-    assert rig.client.get("/api/v1/qos").json()["generation"] == 0  # a dry run changes nothing
+    assert rig.client.get("/api/v1/qos").json() == first  # a dry run changes nothing
     done = rig.put(tenants(), **auth)
     assert done.status_code == 200, done.text
-    assert done.json()["generation"] == 1 and "qos_levels" in done.json()["changes"]
+    assert done.json()["generation"] == start + 1 and "qos_levels" in done.json()["changes"]
     now = rig.client.get("/api/v1/qos").json()
-    assert now["generation"] == 1 and len(now["policy"]["queues"]) == 5
-    assert [e["kind"] for e in rig.client.get("/api/v1/qos/events").json()] == ["qos_policy"]
-    saved = json.loads((tmp_path / QOS_FILE).read_text())
-    assert saved["generation"] == 1
-    again = QosStore(rig.qos.fabric, tmp_path)  # a restarted controller has it back
-    assert again.snapshot().policy == rig.qos.snapshot().policy
+    assert now["generation"] == start + 1 and len(now["policy"]["queues"]) == 5 and now["source"] == "rest"
+    events = rig.client.get("/api/v1/qos/events").json()
+    assert [e["kind"] for e in events] == ["qos_policy"] and events[0]["id"] == done.json()["id"]
+    log = rig.client.get("/api/v1/events").json()  # the one event log, the one id sequence
+    assert [e["id"] for e in log if e["kind"] == "qos_policy"] == [done.json()["id"]]
+    assert rig.client.get(f"/api/v1/qos/events?since={done.json()['id']}").json() == []
+    saved = json.loads((tmp_path / STATE_FILE).read_text())  # saved with the rest, before it took effect
+    assert saved["qos_source"] == "rest" and saved["generation"] > start
+    running = rig.service.snapshot().state.config.qos
+    again = FabricService.for_fabric(rig.fabric, StateStore(tmp_path))  # a restarted controller has it back
+    assert again.snapshot().state.config.qos == running
+    assert again.snapshot().state.config.qos_source == "rest"
     path = rig.client.get("/api/v1/qos/path?src=h1&dst=h2").json()
     assert (path["level"], path["sl"], path["dscp"], path["queue"]) == ("training", 1, 4, 1)
 
@@ -300,7 +309,7 @@ def test_rest_rejects_bad_policy_whole_with_422(rig: Rig, mutate: Any, field: st
 
 
 def test_tenants_scenario_loads_its_policy_and_marks_flows() -> None:
-    from emulation.scenario import RoceCollective, load_scenario
+    from labspec.scenario import RoceCollective, load_scenario
 
     scenario = load_scenario(ROOT / "scenarios" / "tenants-k4.yaml")
     assert scenario.qos is not None and scenario.qos.level("training").sl == 1
@@ -321,7 +330,7 @@ def test_tenants_scenario_loads_its_policy_and_marks_flows() -> None:
     ],
 )
 def test_scenario_with_bad_qos_is_refused(tmp_path: Path, edit: Any, words: str) -> None:
-    from emulation.scenario import load_scenario
+    from labspec.scenario import load_scenario
 
     text = edit((ROOT / "scenarios" / "tenants-k4.yaml").read_text())
     folder = tmp_path / "scenarios"

@@ -17,7 +17,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from controller.observe import web
-from controller.qosstate import QOS_FILE, QosStore
 from controller.rest.api import create_app
 from controller.service import FabricService
 from controller.statestore import STATE_FILE, StateStore
@@ -48,8 +47,7 @@ class Rig:
             sb.up.add(dpid)
             self.service.switch_connected(dpid, 0.0)
         self.service.sync()
-        self.qos = QosStore(fabric, state_dir)
-        self.client = TestClient(create_app(self.service, None, qos=self.qos))
+        self.client = TestClient(create_app(self.service, None))
 
     def view(self) -> dict[str, Any]:
         """Everything a change could alter, as the API shows it."""
@@ -93,11 +91,10 @@ def _refused_whole(rig: Rig) -> None:
 
 
 def test_a_save_that_fails_changes_nothing_for_every_mutation(rig: Rig) -> None:
-    """Both state files are (non-empty) directories: every rename fails, as on a broken disk."""
+    """The state file is a (non-empty) directory: every rename fails, as on a broken disk."""
     assert rig.client.put("/api/v1/qos", json=POLICY).status_code == 200  # it works before
-    for name in (STATE_FILE, QOS_FILE):
-        (rig.state_dir / name).unlink(missing_ok=True)
-        (rig.state_dir / name / "x").mkdir(parents=True)
+    (rig.state_dir / STATE_FILE).unlink()
+    (rig.state_dir / STATE_FILE / "x").mkdir(parents=True)
     _refused_whole(rig)
 
 

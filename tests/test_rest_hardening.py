@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from controller.qosstate import QosStore
+from controller.httpguard import API, MAX_BODY_BYTES, Guard, allowed_hosts, token_from_env
 from controller.rest import api as api_module
 from controller.rest.api import create_app
-from controller.rest.common import API, MAX_BODY_BYTES, Guard, allowed_hosts, token_from_env
 from controller.service import MAX_PENDING_REQUESTS, Busy, FabricService
 from controller.sm.intents import SwitchDelta
 from controller.statestore import StateStore
@@ -254,7 +253,7 @@ def test_api_docs_are_served_without_internet(rig: Rig) -> None:
 def test_every_get_answers_a_named_model_in_the_openapi_document(rig: Rig, tmp_path: Path) -> None:
     """Every GET (QoS and P_Keys included: the app is built with a QoS store) documents its 200 body as a
     named model or a list of one — not an untyped object."""
-    app = create_app(rig.service, None, allowed_hosts("127.0.0.1", 8080), qos=QosStore(fat_tree(4), tmp_path))
+    app = create_app(rig.service, None, allowed_hosts("127.0.0.1", 8080))
     spec = TestClient(app, base_url=BASE).get("/openapi.json").json()
     gets = {path: ops["get"] for path, ops in spec["paths"].items() if "get" in ops}
     assert {f"{API}/qos", f"{API}/qos/events", f"{API}/qos/path", f"{API}/pkeys"} <= set(gets)

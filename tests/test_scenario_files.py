@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emulation.scenario import ScenarioError, load_scenario
+from labspec.scenario import ScenarioError, load_scenario
 from tests.conftest import ROOT
 from topologies.errors import InputError
 

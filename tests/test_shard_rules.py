@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from emulation.runner import run_scenario
-from emulation.scenario import ScenarioError, load_scenario
 from emulation.sharded import ShardedFabric
 from emulation.shards import shard_refusal
 from fabriclab.cli import main
+from labspec.scenario import ScenarioError, load_scenario
 from tests.conftest import ROOT
 from topologies.generators import fat_tree
 

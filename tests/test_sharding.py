@@ -24,9 +24,9 @@ from emulation.controlproc import ControllerProcess
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import EmulationError, mininet_available, remove
 from emulation.runner import run_scenario
-from emulation.scenario import load_scenario
 from emulation.sharded import ShardedFabric
 from emulation.shards import STATS_UPDATE_INTERVAL_MS, ShardPlan, plan, uses_patch
+from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import (  # noqa: F401 - the ovs_daemon fixture
     ovs_daemon_fixture,

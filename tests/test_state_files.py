@@ -1,4 +1,5 @@
-"""Every file the controller reads at start (`controller-state.json`, `qos.json`) goes through one reader
+"""Every file the controller reads at start (`controller-state.json`, and the `qos.json` older controllers
+kept their QoS policy in, read once) goes through one reader
 and one set of field checks (`controller.statefile`): damaged, hostile or hand-edited files are refused
 whole, naming the file and the field, and `fabriclab controller` exits 2 before it listens — no traceback,
 no hang (a FIFO), no memory blow-up (`/dev/zero`)."""
@@ -13,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from controller.qosstate import QOS_FILE, QosStore
 from controller.service import FabricService
 from controller.sm.intents import MAX_GENERATION
 from controller.statefile import MAX_DEPTH, read_json, write_json
+from controller.statestore import LEGACY_QOS_FILE as QOS_FILE
 from controller.statestore import STATE_FILE, StateError, StateStore
 from emulation.controlproc import free_port
 from tests.conftest import ROOT
+from tests.fakes import FakeFabric, FakeSouthbound
 from topologies.generators import fat_tree
 from topologies.loader import load_topology
 
@@ -57,8 +59,11 @@ QOS_FIELDS: dict[str, tuple[object, str]] = {
 }  # fmt: skip
 
 
-def _qos(path: Path) -> QosStore:
-    return QosStore(load_topology(TOPOLOGY), path)
+def _qos(path: Path) -> FabricService:
+    """A controller starting on a state directory of an older controller: its qos.json beside its state."""
+    if not (path / STATE_FILE).exists():
+        (path / STATE_FILE).write_text(json.dumps(STATE))
+    return FabricService.for_fabric(load_topology(TOPOLOGY), StateStore(path))
 
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
@@ -81,10 +86,34 @@ def test_qos_json_fields_are_checked_exactly(tmp_path: Path, kind: str) -> None:
     assert str(info.value).startswith(f"{tmp_path / QOS_FILE}: ") and message in str(info.value), info.value
 
 
-def test_a_good_qos_json_loads_and_round_trips(tmp_path: Path) -> None:
-    (tmp_path / QOS_FILE).write_text(json.dumps(QOS))
-    snap = _qos(tmp_path).snapshot()
-    assert (snap.generation, snap.source) == (2, "rest")
+def test_a_good_qos_json_is_read_once_then_saved_with_the_rest(tmp_path: Path) -> None:
+    (tmp_path / QOS_FILE).write_text(
+        json.dumps({**QOS, "policy": {"qos_levels": {"DEFAULT": {"sl": 0}, "gold": {"sl": 0}}}})
+    )
+    config = _qos(tmp_path).snapshot().state.config
+    assert config.qos_source == "rest" and [lv.name for lv in config.qos.levels] == ["DEFAULT", "gold"]
+    state = StateStore(tmp_path).load()
+    assert state is not None and state.qos is not None  # the state file has none yet: qos.json it is
+    fabric = load_topology(TOPOLOGY)
+    service = FabricService.for_fabric(fabric, StateStore(tmp_path), lldp_interval_s=3600)
+    service.start(FakeSouthbound(FakeFabric(fabric, service.context.addresses), service))  # saves at start
+    service.stop()
+    saved = json.loads((tmp_path / STATE_FILE).read_text())
+    assert saved["qos_source"] == "rest" and "gold" in saved["qos"]["qos_levels"]
+    (tmp_path / QOS_FILE).write_text("damaged: not read again")
+    again = _qos(tmp_path).snapshot().state.config
+    assert again.qos == config.qos
+
+
+def test_the_qos_policy_in_the_state_file_is_checked_against_the_fabric(tmp_path: Path) -> None:
+    policy = {"qos_levels": {"DEFAULT": {"sl": 0}}, "port_groups": {"g": {"hosts": ["h1", "h99"]}}}
+    (tmp_path / STATE_FILE).write_text(json.dumps({**STATE, "qos": policy, "qos_source": "rest"}))
+    with pytest.raises(StateError) as info:
+        _qos(tmp_path)
+    assert str(info.value).startswith(f"{tmp_path / STATE_FILE}: qos.port_groups.g.hosts"), info.value
+    (tmp_path / STATE_FILE).write_text(json.dumps({**STATE, "qos": [1]}))
+    with pytest.raises(StateError, match="qos: expected dict, got \\[1\\]"):
+        _qos(tmp_path)
 
 
 @pytest.mark.parametrize("name", [STATE_FILE, QOS_FILE])
@@ -206,6 +235,8 @@ def _controller(state_dir: Path) -> subprocess.CompletedProcess[str]:
 def test_the_controller_exits_2_naming_file_and_field(
     tmp_path: Path, name: str, content: bytes | None, message: str
 ) -> None:
+    if name == QOS_FILE:  # an older controller's directory: its state file beside its qos.json
+        (tmp_path / STATE_FILE).write_text(json.dumps(STATE))
     if content is None:
         os.mkfifo(tmp_path / name)
     else:

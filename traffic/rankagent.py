@@ -1,7 +1,7 @@
 """One RoCEv2 agent per emulated host: it sends the host's RDMA WRITE messages and receives its peers',
 as a rank of a collective or a replayer of posted messages (`python -m traffic.rankagent PLAN.json`).
 
-The plan (written by `emulation.rocerun` from `emulation.workplan`) lists the host's messages to send and
+The plan (written by `emulation.rocerun` from `labspec.workplan`) lists the host's messages to send and
 to receive.  A message may go once it is posted (`post_s` after the common start), the message before it
 on its QP has gone (a QP delivers in order) and — for a job run in `steps` — once this rank has finished
 the step before (sent all its messages of that step and received all it expects), as NCCL's ranks do.

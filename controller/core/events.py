@@ -14,7 +14,9 @@ from enum import StrEnum
 
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
 from controller.sm.partitions import Partitions
+from controller.sm.pkey_edits import PartitionEdit
 from controller.sm.policies import PolicyChoice
+from controller.sm.qos import QosPolicy
 from controller.statestore import SavedState
 
 # --- inputs ------------------------------------------------------------------------------------------------
@@ -158,6 +160,26 @@ class PartitionsRequested:
 
 
 @dataclass(frozen=True)
+class PartitionEditRequested:
+    """The operator edits one partition (create, members added, replaced or removed, delete): the core
+    applies the rules of `controller.sm.pkey_edits` to the partitions running when the edit is handled, so
+    edits from several clients are serialised by the worker, never lost to each other."""
+
+    request: int
+    edit: PartitionEdit
+
+
+@dataclass(frozen=True)
+class QosPolicyRequested:
+    """The operator replaces the QoS policy (validated whole against the fabric by the caller); `source`
+    says where it came from ("rest", "file PATH")."""
+
+    request: int
+    policy: QosPolicy
+    source: str
+
+
+@dataclass(frozen=True)
 class CountersSampled:
     """Counters of the connected switches, read together at `at`: (dpid, port) -> bytes sent, and the byte
     counters of slot-table flows, (dpid, flow key) -> bytes matched (per-slot load).  The service feeds one
@@ -202,9 +224,16 @@ Event = (
     | RoutingRequested
     | PolicyRequested
     | PartitionsRequested
+    | PartitionEditRequested
+    | QosPolicyRequested
     | CountersSampled
     | RolloutDone
     | Saved
+)
+
+#: Requests an operator waits for (each answered by one `Reply` with its `request`).
+OperatorRequest = (
+    RoutingRequested | PolicyRequested | PartitionsRequested | PartitionEditRequested | QosPolicyRequested
 )
 
 # --- commands ----------------------------------------------------------------------------------------------
@@ -270,12 +299,15 @@ __all__ = [
     "LinksSeen",
     "Log",
     "LogLevel",
+    "OperatorRequest",
+    "PartitionEditRequested",
     "PartitionsRequested",
     "PolicyRequested",
     "PortChange",
     "PortsChanged",
     "ProbeLinks",
     "Push",
+    "QosPolicyRequested",
     "ReadSwitch",
     "Reply",
     "RolloutDone",

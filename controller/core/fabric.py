@@ -28,7 +28,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from controller.core import adaptive, discovery, reads
+from controller.core import adaptive, discovery, operator, reads
 from controller.core.events import (
     CountersSampled,
     Event,
@@ -37,11 +37,13 @@ from controller.core.events import (
     HostSeen,
     LinksSeen,
     LogLevel,
+    PartitionEditRequested,
     PartitionsRequested,
     PolicyRequested,
     PortsChanged,
     ProbeLinks,
     Push,
+    QosPolicyRequested,
     ReadSwitch,
     Reply,
     RolloutDone,
@@ -57,16 +59,15 @@ from controller.core.events import (
     SwitchReadFailed,
     Tick,
 )
+from controller.core.operator import GENERATION_BLOCK
 from controller.core.queries import changed_destinations, dry_run
 from controller.core.state import (
     Config,
     FabricState,
-    PendingChange,
     PendingRollout,
     RecordKind,
 )
 from controller.core.step import Builder, StateNotSaved, Step, config_of, saved_state
-from controller.sm.engines.base import UnknownEngine
 from controller.sm.intents import (
     MAX_GENERATION,
     GenerationExhausted,
@@ -80,11 +81,8 @@ from controller.sm.partitions_conf import resolve, rule_from_dict
 from controller.sm.policies import default_policies
 from controller.sm.validation import DISCOVERY_GRACE_S
 from controller.statestore import SavedState
-from topologies.errors import InputError
 from topologies.model import PortRef
 
-#: Generations reserved on disk at a time (see the module docstring).
-GENERATION_BLOCK = 1000
 #: Every `Tick` reads back this share of the switches (round robin) and repairs what differs: a full audit
 #: every AUDIT_ROUNDS ticks.  The safety net for what no OpenFlow message reports (an entry modified or
 #: added behind the controller's back); entries deleted behind its back are reported at once (flow-removed).
@@ -130,9 +128,11 @@ class FabricCore:
             LinksSeen: partial(discovery.links_seen, context),
             HostSeen: partial(discovery.host_seen, context),
             Tick: self._tick,
-            RoutingRequested: self._routing_requested,
-            PolicyRequested: self._policy_requested,
-            PartitionsRequested: self._partitions_requested,
+            RoutingRequested: partial(operator.routing_requested, self),
+            PolicyRequested: partial(operator.policy_requested, self),
+            PartitionsRequested: partial(operator.partitions_requested, self),
+            PartitionEditRequested: partial(operator.partition_edit_requested, self),
+            QosPolicyRequested: partial(operator.qos_requested, self),
             CountersSampled: self._counters,
             Saved: self._saved,
             RolloutDone: self._rollout_done,
@@ -468,27 +468,7 @@ class FabricCore:
                 step.log(LogLevel.INFO, "cabling: all declared links seen as declared")
             step.update(cabling_problems=problems)
 
-    # --- operator changes ----------------------------------------------------------------------------------
-
-    def _routing_requested(self, step: Builder, event: RoutingRequested) -> None:
-        state = step.state
-        config = Config(event.engine or state.config.engine, event.options or state.config.options,
-                        partitions=state.config.partitions)  # fmt: skip
-        try:
-            computation = self.compute(step, config)
-        except (UnknownEngine, InputError, GenerationExhausted) as exc:
-            step.emit(Reply(event.request, error=exc))
-            return
-        self._propose(step, PendingChange(computation, config, event.request, step.now))
-
-    def _propose(self, step: Builder, change: PendingChange) -> None:
-        """Persist before commit: the change waits while its state (and a new generation block) is saved;
-        `_saved` commits it, or refuses it if the save failed."""
-        reserved = max(
-            step.state.reserved, min(change.computation.generation + GENERATION_BLOCK, MAX_GENERATION)
-        )
-        step.update(pending_change=change)
-        step.emit(Save(saved_state(change.config, reserved)))
+    # --- operator changes (`controller.core.operator`) and their saves ---------------------------------
 
     def _saved(self, step: Builder, event: Saved) -> None:
         pending = step.state.pending_change
@@ -516,41 +496,9 @@ class FabricCore:
             details = {"policy": pending.config.options.policy, "reason": "operator request"}
         elif pending.kind is RecordKind.PARTITION_CHANGE:
             details = {"reason": pending.reason}
+        elif pending.kind is RecordKind.QOS_POLICY:
+            details = {"reason": pending.reason, "changes": pending.changes}
         self.rollout(step, pending.kind, pending.detected_at, request=pending.request, **details)
-
-    def _policy_requested(self, step: Builder, event: PolicyRequested) -> None:
-        """A policy change: validated whole (name, parameters, classes, and that the fabric has equal-cost
-        alternatives for a multipath policy), persisted, then rolled out like a routing change."""
-        state = step.state
-        try:
-            choice = event.choice.validate(self.policies)
-            options = replace(
-                state.config.options, policy=choice.name, multipath=False, classes=choice.classes
-            )
-            config = replace(state.config, options=options, policy_params=choice.params)
-            computation = self.compute(step, config)
-            problem = computation.policy_problem()
-            if problem is not None:
-                raise problem
-        except (InputError, GenerationExhausted) as exc:
-            step.emit(Reply(event.request, error=exc))
-            return
-        step.update(load=replace(state.load, moved_at={}))
-        self._propose(step, PendingChange(computation, config, event.request, step.now,
-                                          RecordKind.POLICY_CHANGE))  # fmt: skip
-
-    def _partitions_requested(self, step: Builder, event: PartitionsRequested) -> None:
-        """A partition change: computed (the partition layer of every edge switch), persisted, then rolled
-        out make-before-break — flows of pairs whose permission did not change are not touched."""
-        state = step.state
-        config = replace(state.config, partitions=event.partitions)
-        try:
-            computation = self.compute(step, config)
-        except (InputError, GenerationExhausted) as exc:
-            step.emit(Reply(event.request, error=exc))
-            return
-        self._propose(step, PendingChange(computation, config, event.request, step.now,
-                                          RecordKind.PARTITION_CHANGE, event.change))  # fmt: skip
 
     # --- adaptive routing ----------------------------------------------------------------------------------
 

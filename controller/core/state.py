@@ -17,6 +17,7 @@ from controller.sm.intents import FlowKey, ForwardingOptions, SwitchDelta, Switc
 from controller.sm.manager import Computation
 from controller.sm.partitions import Partitions
 from controller.sm.policies import PolicyChoice, PolicyParams
+from controller.sm.qos import QosPolicy, default_policy
 from controller.sm.validation import Discovery
 from topologies.model import PortRef
 
@@ -43,6 +44,8 @@ class RecordKind(StrEnum):
     RECONCILE = "reconcile"
     #: The operator created, changed or deleted a partition (P_Key); `reason` says what.
     PARTITION_CHANGE = "partition_change"
+    #: The operator replaced the QoS policy; `reason` says from where, `changes` which sections changed.
+    QOS_POLICY = "qos_policy"
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class Record:
     policy: str | None = None
     #: Adaptive moves, one line each: "leaf1: 2 slot(s) 3->4 (relief; 93% -> 20%)".
     moves: tuple[str, ...] | None = None
+    #: Sections of the QoS policy that changed (QoS policy changes).
+    changes: tuple[str, ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -107,6 +112,9 @@ class Config:
     policy_params: PolicyParams = field(default_factory=PolicyParams)
     #: Partitions to enforce (None: OpenSM's no-file default, everyone full in 0x7fff: nothing enforced).
     partitions: Partitions | None = None
+    #: The QoS policy the fabric's paths are classified by (`GET /qos/path`), and where it came from.
+    qos: QosPolicy = field(default_factory=default_policy)
+    qos_source: str = "default"
 
     @property
     def policy(self) -> PolicyChoice:
@@ -122,8 +130,10 @@ class PendingChange:
     request: int | None
     detected_at: float
     kind: RecordKind = RecordKind.ROUTING_CHANGE
-    #: What the operator changed, for the event's `reason` (partition changes).
+    #: What the operator changed, for the event's `reason` (partition changes; where a QoS policy came from).
     reason: str | None = None
+    #: Sections of the QoS policy that change (QoS policy changes).
+    changes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from controller.core.events import Command, Log, LogLevel
 from controller.core.state import MAX_RECORDS, Config, FabricState, Record, RecordKind
 from controller.sm.intents import ForwardingOptions
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, default_policies
+from controller.sm.qos import policy_data
 from controller.statestore import SavedState
 
 
@@ -61,6 +62,7 @@ def saved_state(config: Config, reserved: int) -> SavedState:
     return SavedState(
         config.engine, options.fast_failover, options.multipath, reserved, options.policy,
         params.interval_ms, params.threshold, params.hysteresis, classes, saved_parts,
+        policy_data(config.qos), config.qos_source,
     )  # fmt: skip
 
 

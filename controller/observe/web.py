@@ -19,11 +19,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from prometheus_client import CollectorRegistry
 from starlette.staticfiles import StaticFiles
 
+from controller.httpguard import API, ApiError
 from controller.observe.live import LiveOptions, LiveView
 from controller.observe.metrics import Observer, RecordFollower, controller_registry
 from controller.observe.model import Layout, capacity_factor
 from controller.published import Published
-from controller.rest.common import API, ApiError
 from topologies.scale import Scale
 
 PAGE_DIR = Path(__file__).parent / "page"

@@ -3,7 +3,7 @@
 Reads come from the snapshot the worker published last (`FabricService.snapshot()`): they never take a
 lock the worker holds and never wait for a computation.  Changes go to the worker as requests and wait for
 its reply; a dry run is computed here from the published snapshot, a few at a time.  Every response has a
-schema (`controller.rest.models`); errors are `{"error", "field"}` (`controller.rest.common`), and a
+schema (`controller.rest.models`); errors are `{"error", "field"}` (`controller.httpguard`), and a
 rejected request changes nothing.
 """
 
@@ -18,11 +18,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from controller.core.fabric import dry_run
-from controller.observe.web import Observability, mount
-from controller.qosstate import QosStore
-from controller.rest import models
-from controller.rest.changes import run_change
-from controller.rest.common import (
+from controller.httpguard import (
     API,
     ApiError,
     ErrorBody,
@@ -30,6 +26,9 @@ from controller.rest.common import (
     parse_body,
     require_token_dependency,
 )
+from controller.observe.web import Observability, mount
+from controller.rest import models
+from controller.rest.changes import run_change
 from controller.rest.pkeys import mount_pkeys
 from controller.rest.qos import mount_qos
 from controller.service import FabricService, Published
@@ -52,9 +51,8 @@ def create_app(
     token: str | None = None,
     hosts: frozenset[str] | None = None,
     observability: Observability | None = None,
-    qos: QosStore | None = None,
 ) -> FastAPI:
-    """`hosts`: the Host header values accepted (see `controller.rest.common.allowed_hosts`);
+    """`hosts`: the Host header values accepted (see `controller.httpguard.allowed_hosts`);
     `observability`: metrics and the live view (default: unscaled capacities, no event thread)."""
     app = FastAPI(
         title="fabriclab controller",
@@ -82,8 +80,7 @@ def create_app(
             raise ApiError(404, f"unknown switch {name[:64]!r}", "name")
         return name
 
-    if qos is not None:
-        mount_qos(app, qos, mutation)
+    mount_qos(app, service, mutation)
 
     @app.get(f"{API}/health", response_model=models.Health)
     def health() -> models.Health:

@@ -11,28 +11,27 @@
 
 Every change is validated whole against the fabric by the pure edit rules of `controller.sm.pkey_edits`
 (404 no such P_Key, 409 it exists, 422 naming the field: unknown member, P_Key out of range, a name
-already used by another P_Key, the default partition deleted), then handed to the worker as one
-`PartitionsRequested`: the decision core persists it in ``--state-dir`` before it takes effect, rolls it out
-make-before-break to every switch (or reports the switches that failed), and logs a ``partition_change``
-event.  Reads come from the published snapshot.  Changes are serialised here, so two clients never overwrite
-each other's edit.
+already used by another P_Key, the default partition deleted), handed to the worker as one
+`PartitionEditRequested` (the edit as a value): the decision core applies the rules to the partitions running
+when its worker reaches the edit — so two clients never overwrite each other's edit, with no lock here —
+persists the result in ``--state-dir`` before it takes effect, rolls it out make-before-break to every switch
+(or reports the switches that failed), and logs a ``partition_change`` event.  Reads come from the published
+snapshot.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from pydantic import BaseModel, ConfigDict
 
-from controller.rest.changes import run_change
-from controller.rest.common import API, ApiError, ErrorBody, parse_body, require_token_dependency
+from controller.httpguard import API, ErrorBody, parse_body, require_token_dependency
+from controller.rest.changes import refused, run_change
 from controller.rest.models import PKeysView, PKeyView
 from controller.service import FabricService, Published
 from controller.sm import pkey_edits
-from controller.sm.partitions import Member, Partitions
+from controller.sm.partitions import Member, PartitionError, Partitions, parse_pkey
 
 
 class _Body(BaseModel):
@@ -66,13 +65,6 @@ def _current(pub: Published) -> Partitions:
     return pkey_edits.running(pub.state.config.partitions, pub.context.declared)
 
 
-_STATUS = {"not_found": 404, "conflict": 409, "invalid": 422}
-
-
-def _refused(exc: pkey_edits.EditError) -> ApiError:
-    return ApiError(_STATUS[exc.kind], exc.message, exc.field)
-
-
 def _members(body: list[MemberIn]) -> list[dict[str, Any]]:
     return [m.model_dump(exclude_none=True) for m in body]
 
@@ -83,22 +75,19 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 def mount_pkeys(app: FastAPI, service: FabricService, token: str | None) -> None:
     mutation = [Depends(require_token_dependency(token))]
-    changes = asyncio.Lock()  # held across awaits: an asyncio lock, never a thread lock
 
     def snap() -> Published:
         return service.snapshot()
 
-    async def apply(edit: Callable[[Published], pkey_edits.Edit]) -> dict[str, Any]:
-        """One edit, serialised: the rules (`controller.sm.pkey_edits`) on the running partitions, then the
-        worker persists and rolls it out."""
-        async with changes:
-            try:
-                done = edit(snap())
-            except pkey_edits.EditError as exc:
-                raise _refused(exc) from None
-            record = await run_change(service.set_partitions, done.partitions, done.change)
+    async def apply(edit: pkey_edits.PartitionEdit, pkey: str | int) -> dict[str, Any]:
+        """One edit, decided and rolled out by the worker; the partition as it is afterwards."""
+        record = await run_change(service.edit_partitions, edit)
         after = snap().state.config.partitions
-        shown = after.get(done.pkey) if after is not None else None
+        try:
+            number = parse_pkey(pkey)
+        except PartitionError:  # pragma: no cover - the edit was accepted, so its P_Key parsed
+            number = None
+        shown = after.get(number) if after is not None and number is not None else None
         return {"partition": shown.as_dict() if shown is not None else None, "event": record}
 
     @app.get(f"{API}/pkeys", response_model=PKeysView, response_model_exclude_none=True)
@@ -116,7 +105,7 @@ def mount_pkeys(app: FastAPI, service: FabricService, token: str | None) -> None
         try:
             return pkey_edits.find(_current(snap()), pkey).as_dict()
         except pkey_edits.EditError as exc:
-            raise _refused(exc) from None
+            raise refused(exc) from None
 
     @app.post(
         f"{API}/pkeys",
@@ -127,15 +116,11 @@ def mount_pkeys(app: FastAPI, service: FabricService, token: str | None) -> None
         body = parse_body(await request.body(), PKeyCreate)
         spec = body.model_dump(exclude_none=True, exclude={"index0"})
         spec["members"] = _members(body.members)
-        return await apply(lambda pub: pkey_edits.create(_current(pub), pub.context.declared, spec))
+        return await apply(pkey_edits.CreatePartition(spec), body.pkey)
 
     async def change_members(pkey: str, body: MembersIn, replace_all: bool) -> dict[str, Any]:
-        members = _members(body.members)
-        return await apply(
-            lambda pub: pkey_edits.set_members(
-                _current(pub), pub.context.declared, pkey, members, replace_all
-            )
-        )
+        members = tuple(_members(body.members))
+        return await apply(pkey_edits.SetMembers(pkey, members, replace_all), pkey)
 
     @app.post(
         f"{API}/pkeys/{{pkey}}/members",
@@ -159,14 +144,11 @@ def mount_pkeys(app: FastAPI, service: FabricService, token: str | None) -> None
         responses=_errors(401, 404, 422, 500, 503),
     )
     async def remove_members(pkey: str, members: str) -> dict[str, Any]:
-        words = members.split(",")
-        return await apply(
-            lambda pub: pkey_edits.remove_members(_current(pub), pub.context.declared, pkey, words)
-        )
+        return await apply(pkey_edits.RemoveMembers(pkey, tuple(members.split(","))), pkey)
 
     @app.delete(f"{API}/pkeys/{{pkey}}", dependencies=mutation, responses=_errors(401, 404, 422, 500, 503))
     async def delete_pkey(pkey: str) -> dict[str, Any]:
-        return await apply(lambda pub: pkey_edits.delete(_current(pub), pkey))
+        return await apply(pkey_edits.DeletePartition(pkey), pkey)
 
 
 __all__ = ["Member", "MemberIn", "MembersIn", "PKeyCreate", "mount_pkeys"]

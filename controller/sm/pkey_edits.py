@@ -155,9 +155,53 @@ def delete(current: Partitions, text: str) -> Edit:
     return Edit(current.without(old.pkey), f"delete {pkey_str(old.pkey)}", old.pkey)
 
 
+@dataclass(frozen=True)
+class CreatePartition:
+    spec: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class SetMembers:
+    pkey: str
+    members: tuple[Mapping[str, Any], ...]
+    replace_all: bool
+
+
+@dataclass(frozen=True)
+class RemoveMembers:
+    pkey: str
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DeletePartition:
+    pkey: str
+
+
+#: One edit as a value (what a front end asks; `apply` decides against the partitions then running).
+PartitionEdit = CreatePartition | SetMembers | RemoveMembers | DeletePartition
+
+
+def apply(current: Partitions, fabric: Fabric, edit: PartitionEdit) -> Edit:
+    """`edit` on the running partitions: the new ones, or `EditError`."""
+    if isinstance(edit, CreatePartition):
+        return create(current, fabric, edit.spec)
+    if isinstance(edit, SetMembers):
+        return set_members(current, fabric, edit.pkey, edit.members, edit.replace_all)
+    if isinstance(edit, RemoveMembers):
+        return remove_members(current, fabric, edit.pkey, edit.words)
+    return delete(current, edit.pkey)
+
+
 __all__ = [
+    "CreatePartition",
+    "DeletePartition",
     "Edit",
     "EditError",
+    "PartitionEdit",
+    "RemoveMembers",
+    "SetMembers",
+    "apply",
     "create",
     "delete",
     "find",

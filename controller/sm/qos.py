@@ -18,13 +18,14 @@ used, the 802.1Q **PCP**.  The map (overridable with `dscp_to_sl`):
 
 Everything here is pure: frozen dataclasses in, frozen dataclasses or JSON-ready dicts out, `QosError` (a
 message and the field) for a policy that makes no sense.  The YAML schema layer that builds these objects,
-with line numbers, is `controller.qosfile`; emulation turns `queue_plan()` into tc configuration.
+with line numbers, is `controller.formats.qosfile`; emulation turns `queue_plan()` into tc configuration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from topologies.model import Fabric
 
@@ -410,6 +411,48 @@ def default_policy() -> QosPolicy:
     return QosPolicy(levels=(QosLevel(DEFAULT_LEVEL, 0),))
 
 
+def policy_data(policy: QosPolicy) -> dict[str, Any]:
+    """The policy as file data again (what `parse_policy` reads back to the same policy), as
+    ``--state-dir`` keeps it."""
+    data: dict[str, Any] = {
+        "port_groups": {
+            g.name: {
+                "hosts": list(g.hosts),
+                "guids": list(g.guids),
+                "pkeys": list(g.pkeys),
+                "node_types": list(g.node_types),
+            }
+            for g in policy.port_groups
+        },
+        "qos_levels": {
+            lv.name: {
+                "sl": lv.sl,
+                **({"rate_limit_gbps": lv.rate_limit_gbps} if lv.rate_limit_gbps else {}),
+                **({"pkey": lv.pkey} if lv.pkey is not None else {}),
+            }
+            for lv in policy.levels
+        },
+        "match_rules": [
+            {
+                "level": r.level,
+                "source": list(r.source),
+                "destination": list(r.destination),
+                "pkey": list(r.pkeys),
+                "traffic_class": list(r.traffic_classes),
+            }
+            for r in policy.rules
+        ],
+        "sl2vl": list(policy.sl2vl),
+        "vlarb": {
+            "high": [list(p) for p in policy.vlarb.high],
+            "low": [list(p) for p in policy.vlarb.low],
+            "high_limit": policy.vlarb.high_limit,
+        },
+        "dscp_to_sl": {d: sl for d, sl in policy.dscp_overrides},
+    }
+    return data
+
+
 def diff(old: Mapping[str, object], new: Mapping[str, object]) -> dict[str, object]:
     """Top-level sections of two resolved policies that differ (a REST dry run shows them)."""
     return {
@@ -437,6 +480,7 @@ __all__ = [
     "dscp_to_sl",
     "group_members",
     "match_level",
+    "policy_data",
     "queue_plan",
     "resolve",
     "sl_to_dscp",

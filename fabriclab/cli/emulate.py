@@ -19,20 +19,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from controller.partitions_file import load_partitions
-from controller.qosload import load_policy
+from controller.formats.partitions_file import load_partitions
+from controller.formats.qosload import load_policy
+from controller.httpguard import TOKEN_ENV, ListenError, token_from_env
 from controller.rest.client import WaitTimeout
-from controller.rest.common import TOKEN_ENV, ListenError, token_from_env
 from controller.sm.intents import ForwardingOptions
 from controller.sm.manager import SubnetManager, policy_problem
 from controller.sm.policies import PolicyChoice
 from emulation import calibrate as calibration
-from emulation.ccspec import dcqcn_params
 from emulation.ecnmark import ecn_marking_available
 from emulation.lifecycle import Stopped, stop_on_signals
 from emulation.mnfabric import EmulationError, MininetFabric, Scale, mininet_available
 from emulation.ovs import OvsDaemon
-from emulation.scenario import nic_gbps
 from emulation.session import UpOptions, run_up
 from emulation.shards import CABLES, CROSSINGS, shard_refusal, uses_patch
 from emulation.shards import plan as shard_plan
@@ -47,6 +45,8 @@ from fabriclab.cli.common import (
     load_fabric,
 )
 from fabriclab.cli.policy import add_policy_options, choose, option_error, policy_argv, policy_overrides
+from labspec.ccspec import dcqcn_params
+from labspec.scenario import nic_gbps
 
 T = TypeVar("T")
 

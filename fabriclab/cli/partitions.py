@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from controller.partitions_file import load_partitions
+from controller.formats.partitions_file import load_partitions
 from fabriclab.cli.common import load_fabric
 
 

@@ -1,6 +1,6 @@
 """`fabriclab qos check FILE --topology T`: a QoS policy validated in layers and printed resolved (JSON), or
 one line naming file, line and field, exit 2.  `--qos FILE` of `controller` and `emulate up` uses the same
-loader (`controller.qosload.load_policy`)."""
+loader (`controller.formats.qosload.load_policy`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from controller.qosload import load_policy
+from controller.formats.qosload import load_policy
 from controller.sm.qos import resolve
 from fabriclab.cli.common import load_fabric
 

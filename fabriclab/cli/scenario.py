@@ -16,7 +16,6 @@ from controller.sm.policies import PolicyError, default_policies
 from emulation import calibrate as calibration
 from emulation import ccrun
 from emulation.runner import capacity_warnings, run_scenario
-from emulation.scenario import Scenario, ScenarioError, emulator_refuses, load_scenario
 from emulation.shards import CROSSINGS, shard_refusal
 from emulation.shards import plan as shard_plan
 from fabriclab.cli import results
@@ -32,6 +31,7 @@ from fabriclab.cli.progress import console_progress
 from fabriclab.cli.results import FORCE_HELP
 from fabriclab.cli.sim import scenario_reference
 from flowsim.policies import SIMULATED_ONLY
+from labspec.scenario import Scenario, ScenarioError, emulator_refuses, load_scenario
 
 
 def register(commands: Any) -> None:

@@ -15,11 +15,12 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from controller.partitions_file import load_partitions
-from controller.qosload import load_policy
+from controller.formats.partitions_file import load_partitions
+from controller.formats.qosload import load_policy
 from controller.sm.engines import UnknownEngine, default_registry
 from controller.sm.intents import ForwardingOptions
 from controller.statestore import StateError, StateStore
@@ -119,9 +120,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the routing-only commands must not pay for os-ken, FastAPI and uvicorn.
     from controller.core.fabric import GenerationExhausted  # noqa: PLC0415
     from controller.core.state import Config  # noqa: PLC0415
-    from controller.observe.web import Observability  # noqa: PLC0415
-    from controller.rest.api import create_app  # noqa: PLC0415
-    from controller.rest.common import (  # noqa: PLC0415
+    from controller.httpguard import (  # noqa: PLC0415
         ALLOWED_HOSTS_ENV,
         ListenError,
         allowed_hosts,
@@ -129,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         serve_in_thread,
         token_from_env,
     )
+    from controller.observe.web import Observability  # noqa: PLC0415
+    from controller.rest.api import create_app  # noqa: PLC0415
     from controller.service import FabricService  # noqa: PLC0415
     from controller.southbound.app import start_openflow  # noqa: PLC0415
 
@@ -149,7 +150,9 @@ def run(args: argparse.Namespace) -> int:
         if args.no_fast_failover or args.multipath:
             options = ForwardingOptions(not args.no_fast_failover, args.multipath, classes=options.classes)
         chosen_partitions = partitions if partitions is not None else saved.partitions
-        config = Config(engine, options, saved.policy_params, chosen_partitions)
+        config = replace(saved, engine=engine, options=options, partitions=chosen_partitions)
+        if qos_policy is not None and qos_policy != saved.qos:  # saved with the rest at the first save
+            config = replace(config, qos=qos_policy, qos_source=f"file {args.qos}")
         return apply_policy_overrides(config, overrides)
 
     try:
@@ -172,17 +175,9 @@ def run(args: argparse.Namespace) -> int:
         if problem is not None:
             raise option_error(problem)
     check_bindable(listeners)
-    from controller.qosstate import QosNotSaved, QosStore  # noqa: PLC0415
-
-    try:  # qos.json is held to the rules of controller-state.json (`controller.statefile`)
-        qos = QosStore(fabric, args.state_dir)
-        if qos_policy is not None and qos_policy != qos.snapshot().policy:
-            qos.replace(qos_policy, f"file {args.qos}", time.time())
-    except (StateError, QosNotSaved) as exc:
-        raise CliError(f"--state-dir: {exc}") from None
     extra_hosts = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
     observability = Observability.for_service(service.snapshot, scale, token_required=token is not None)
-    app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts), observability, qos)
+    app = create_app(service, token, allowed_hosts(api_host, api_port, extra_hosts), observability)
     observer = observability.observer()
 
     stop = threading.Event()

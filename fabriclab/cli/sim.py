@@ -22,7 +22,6 @@ from typing import Any
 
 from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyParams
-from emulation.scenario import Scenario, load_scenario
 from fabriclab.cli import results
 from fabriclab.cli.common import SEED, CliError, load_fabric
 from fabriclab.cli.progress import console_progress
@@ -36,6 +35,7 @@ from flowsim.run import reference_run, simulate
 from flowsim.scenario import cc_setup, workload_of
 from flowsim.sweep import SweepError, load_sweep, run_dask, run_local, sweep_digest, write_sweep
 from flowsim.workload import ADHOC, adhoc
+from labspec.scenario import Scenario, load_scenario
 from traffic.errors import TrafficError, parse_hosts, parse_size
 
 ALL_POLICIES = ",".join(sim_policies().names())

@@ -13,8 +13,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from emulation.scenario import load_scenario
 from fabriclab.cli.common import CliError, load_fabric, output_file
+from labspec.scenario import load_scenario
 from traffic.errors import TrafficError, parse_hosts
 from traffic.kineto import import_kineto
 from traffic.trace import write_trace

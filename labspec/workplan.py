@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulation.scenario import (
+from labspec.scenario import (
     KvTransfer,
     RoceCollective,
     RoceIncast,

@@ -180,47 +180,6 @@ def to_policy(spec: QosSpec) -> QosPolicy:
     )
 
 
-def to_data(policy: QosPolicy) -> dict[str, Any]:
-    """The policy as file data again (what `parse_policy` reads back to the same policy): for --state-dir."""
-    data: dict[str, Any] = {
-        "port_groups": {
-            g.name: {
-                "hosts": list(g.hosts),
-                "guids": list(g.guids),
-                "pkeys": list(g.pkeys),
-                "node_types": list(g.node_types),
-            }
-            for g in policy.port_groups
-        },
-        "qos_levels": {
-            lv.name: {
-                "sl": lv.sl,
-                **({"rate_limit_gbps": lv.rate_limit_gbps} if lv.rate_limit_gbps else {}),
-                **({"pkey": lv.pkey} if lv.pkey is not None else {}),
-            }
-            for lv in policy.levels
-        },
-        "match_rules": [
-            {
-                "level": r.level,
-                "source": list(r.source),
-                "destination": list(r.destination),
-                "pkey": list(r.pkeys),
-                "traffic_class": list(r.traffic_classes),
-            }
-            for r in policy.rules
-        ],
-        "sl2vl": list(policy.sl2vl),
-        "vlarb": {
-            "high": [list(p) for p in policy.vlarb.high],
-            "low": [list(p) for p in policy.vlarb.low],
-            "high_limit": policy.vlarb.high_limit,
-        },
-        "dscp_to_sl": {d: sl for d, sl in policy.dscp_overrides},
-    }
-    return data
-
-
 def _path(field: str) -> list[PathItem]:
     """`match_rules[0].level` -> ["match_rules", 0, "level"] (to find its line)."""
     path: list[PathItem] = []
@@ -276,6 +235,5 @@ __all__ = [
     "QosSpec",
     "parse_policy",
     "policy_from_data",
-    "to_data",
     "to_policy",
 ]

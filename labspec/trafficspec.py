@@ -1,7 +1,7 @@
 """Traffic kinds of scenario files: one strict model per `kind:`, and the checks against the fabric.
 
-Split from `emulation.scenario` (which composes them into a scenario) so each kind's fields and rules sit
-together; both instruments expand them through `emulation.workplan`.
+Split from `labspec.scenario` (which composes them into a scenario) so each kind's fields and rules sit
+together; both instruments expand them through `labspec.workplan`.
 """
 
 from __future__ import annotations

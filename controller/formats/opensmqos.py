@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from controller.qosfile import QosFileError, policy_from_data
+from controller.formats.qosfile import QosFileError, policy_from_data
 from controller.sm.qos import QosPolicy
 from topologies.model import Fabric
 

@@ -43,13 +43,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from controller.partitions_file import load_partitions
-from controller.qosload import load_policy
+from controller.formats.partitions_file import load_partitions
+from controller.formats.qosload import load_policy
 from controller.sm.engines import default_registry
 from controller.sm.policies import PolicyChoice, PolicyError, PolicyParams, class_map, default_policies
 from controller.sm.qos import QosPolicy
-from emulation.ccspec import CongestionControl, DcqcnError, DcqcnSpec, dcqcn_params
-from emulation.trafficspec import (
+from labspec.ccspec import CongestionControl, DcqcnError, DcqcnSpec, dcqcn_params
+from labspec.trafficspec import (
     PLAN_CHECK_RANKS,
     TRAFFIC_MODELS,
     Entropy,
@@ -151,7 +151,7 @@ class ScenarioSpec(Strict):
     qos: str | None = None
     traffic: list[Traffic] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
-    #: Congestion control of the RoCE senders (emulation.ccspec): none (open loop) or dcqcn.
+    #: Congestion control of the RoCE senders (labspec.ccspec): none (open loop) or dcqcn.
     cc: CongestionControl = "none"
     #: DCQCN parameter overrides at the modelled speed (used under `cc: dcqcn`, from the file or `--cc`).
     dcqcn: DcqcnSpec | None = None

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from emulation.trafficspec import Strict
+from labspec.trafficspec import Strict
 from traffic.dcqcn import DcqcnParams
 
 CongestionControl = Literal["none", "dcqcn"]

@@ -1,13 +1,13 @@
-"""Reading a QoS policy file in either syntax: fabriclab's YAML (`controller.qosfile`) or OpenSM's
-`qos-policy.conf` (`controller.opensmqos`, which builds on the YAML validator).  Here, above both, so that
-neither format module imports the other's reader."""
+"""Reading a QoS policy file in either syntax: fabriclab's YAML (`controller.formats.qosfile`) or OpenSM's
+`qos-policy.conf` (`controller.formats.opensmqos`, which builds on the YAML validator).  Here, above both, so
+that neither format module imports the other's reader."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from controller.opensmqos import looks_like_opensm, parse_opensm
-from controller.qosfile import MAX_QOS_BYTES, QosFileError, parse_policy
+from controller.formats.opensmqos import looks_like_opensm, parse_opensm
+from controller.formats.qosfile import MAX_QOS_BYTES, QosFileError, parse_policy
 from controller.sm.qos import QosPolicy
 from topologies.errors import read_input_file
 from topologies.model import Fabric
