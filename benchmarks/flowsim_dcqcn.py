@@ -43,6 +43,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.out import emit, out_file  # noqa: E402
 from flowsim.ccmodel import convergence_s  # noqa: E402
+from flowsim.ccresult import run_cc  # noqa: E402
 from flowsim.ccsim import CcSimulator  # noqa: E402
 from flowsim.engine import SimConfig, Simulator  # noqa: E402
 from flowsim.fluidmodel import predicted_convergence_s  # noqa: E402
@@ -107,7 +108,7 @@ def part_alltoall(folder: Path, quick: bool, policies: list[str], runs: int) -> 
         figures: dict[str, Any] = {}
         for _ in range(runs):
             started = time.perf_counter()
-            result, cc = CcSimulator(network, workload, config, setup).run()
+            result, cc = run_cc(CcSimulator(network, workload, config, setup))
             seconds.append(time.perf_counter() - started)
             figures = {**summarise(result, ideal, network, workload), "cc": cc.block()}
         out = folder / f"cli-{policy}"
@@ -169,7 +170,7 @@ def part_incast(folder: Path) -> dict[str, Any]:
     }
     for label, enabled in (("none (open-loop senders, fluid)", False), ("dcqcn", True)):
         started = time.perf_counter()
-        result, cc = CcSimulator(network, workload, config, cc_setup(scenario, network, enabled)).run()
+        result, cc = run_cc(CcSimulator(network, workload, config, cc_setup(scenario, network, enabled)))
         row = summarise(result, ideal, network, workload)
         block = cc.block()
         rows[label] = {
@@ -213,7 +214,7 @@ def part_convergence(folder: Path, seeds: list[int]) -> dict[str, Any]:
         started = time.perf_counter()
         config = SimConfig(policy="static", seed=seed)
         sim = CcSimulator(network, workload_of(scenario, network), config, setup, sample_every_s=period / 4)
-        _, cc = sim.run(until_s=1.0 + 2 * predicted)
+        _, cc = run_cc(sim, until_s=1.0 + 2 * predicted)
         first = cc.row_job == 0
         rates = cc.sample_rate_bps
         took = convergence_s(cc.sample_t_s, rates[:, first][:, 0], rates[:, ~first][:, 0], 1.0, 20 * period,

@@ -5,18 +5,21 @@ the controllers and queues did (`CcStats`).  Pure numpy, no I/O."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from flowsim.ccmodel import BITS, CcStats
+from flowsim.ccsim import CcSimulator
 from flowsim.dcqcn import jain
 from flowsim.network import I64
 from flowsim.pool import GroupResult, SimResult
 from traffic.figures import Flows
 
-if TYPE_CHECKING:
-    from flowsim.ccsim import CcSimulator
+
+def run_cc(run: CcSimulator, until_s: float = math.inf) -> tuple[SimResult, CcStats]:
+    """Run `run` to the last delivery (or `until_s`) and collect its figures."""
+    run.advance(until_s)
+    return collect(run)
 
 
 def collect(run: CcSimulator) -> tuple[SimResult, CcStats]:

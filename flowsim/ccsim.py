@@ -60,12 +60,11 @@ from flowsim.ccmodel import (
     water_levels,
     waterfill,
 )
-from flowsim.ccresult import collect
 from flowsim.dcqcn import ReactionPoints, mark_probability
 from flowsim.engine import Simulator, add_to_bins
 from flowsim.maxmin import ranges
 from flowsim.network import F64, I64, Network, SimInputError
-from flowsim.pool import BYTES_PER_GBIT, SimConfig, SimResult
+from flowsim.pool import BYTES_PER_GBIT, SimConfig
 from flowsim.workload import Workload
 
 Progress = Callable[[float, str], None]
@@ -268,8 +267,9 @@ class CcSimulator:
 
     # --- the loop -----------------------------------------------------------------------------------
 
-    def run(self, until_s: float = math.inf) -> tuple[SimResult, CcStats]:
-        """To the last delivery (or `until_s`: what is unfinished then stays unfinished)."""
+    def advance(self, until_s: float = math.inf) -> None:
+        """To the last delivery (or `until_s`: what is unfinished then stays unfinished); the figures are
+        `flowsim.ccresult.run_cc`'s (which calls this)."""
         total = float(self.mult[self.routed].sum())
         while self.now < until_s:
             self._activate()
@@ -290,7 +290,6 @@ class CcSimulator:
             if self.progress is not None and self.steps % 2000 == 0:
                 done = sum(float(self.mult[f].sum()) for f in self.finished)
                 self.progress(min(1.0, done / max(total, 1.0)), f"t={self.now:.6g} s")
-        return collect(self)
 
     def _rates(self, span: F64) -> F64:
         """Every active row's sending rate in this step (bits/s per member, while it sends: `span` seconds

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from flowsim.ccresult import run_cc
 from flowsim.ccsim import CcSimulator
 from flowsim.engine import SimConfig
 from flowsim.fluidmodel import convergence_figures, predicted_convergence_s, solve
@@ -81,7 +82,7 @@ def simulated_rates(case: ConvergeCase, seed: int) -> dict[str, Any]:
     workload = workload_of(case.scenario, case.network)
     config = SimConfig(policy="ecmp", seed=seed)
     sim = CcSimulator(case.network, workload, config, setup, sample_every_s=case.period_s / 4)
-    _, stats = sim.run(until_s=case.head_start_s + (JUDGED_PERIODS + 1) * case.period_s)
+    _, stats = run_cc(sim, until_s=case.head_start_s + (JUDGED_PERIODS + 1) * case.period_s)
     first = stats.row_job == 0
     at = case.head_start_s + case.grid_s
     rates = stats.sample_rate_bps

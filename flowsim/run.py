@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from flowsim.ccresult import run_cc
 from flowsim.ccsim import CcSetup, CcSimulator, check_supported
 from flowsim.engine import Progress, SimConfig, SimResult, Simulator
 from flowsim.metrics import reference, summarise
@@ -98,7 +99,7 @@ def simulate(
             result = Simulator(network, workload, policy_config, part(i, name)).run()
             runs[name] = PolicyRun(result, summarise(result, ideal, network, workload))
         else:
-            result, stats = CcSimulator(network, workload, policy_config, cc, part(i, name)).run()
+            result, stats = run_cc(CcSimulator(network, workload, policy_config, cc, part(i, name)))
             runs[name] = PolicyRun(
                 result, {**summarise(result, ideal, network, workload), "cc": stats.block()}
             )

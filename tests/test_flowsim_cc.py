@@ -13,6 +13,7 @@ import pytest
 
 from fabriclab.cli import main
 from flowsim.ccmodel import convergence_s, waterfill
+from flowsim.ccresult import run_cc
 from flowsim.ccsim import CcSimulator
 from flowsim.converge import ConvergeCase, judge, simulated_rates
 from flowsim.engine import SimConfig
@@ -79,7 +80,7 @@ def test_without_a_controller_the_incast_loses_half_at_the_receivers_buffer(inca
     network = Network.build(scenario.fabric, scenario.scale)
     workload = workload_of(scenario, network)
     setup = cc_setup(scenario, network, enabled=False)
-    _, stats = CcSimulator(network, workload, SimConfig(policy="ecmp", seed=1), setup).run()
+    _, stats = run_cc(CcSimulator(network, workload, SimConfig(policy="ecmp", seed=1), setup))
     block = stats.block()
     assert block["loss_pct"] >= 40.0 and block["cnps_sent"] == 0
     assert block["peak_queue_link"] == "leaf8:2->h16:1"
@@ -117,7 +118,7 @@ def test_two_flows_converge_as_dcqcns_parameters_predict(tmp_path: Path) -> None
     assert predicted is not None
     run = CcSimulator(network, workload_of(scenario, network), SimConfig(policy="static", seed=1), setup,
                       sample_every_s=period / 4)  # fmt: skip
-    _, stats = run.run(until_s=1.0 + 2 * predicted)
+    _, stats = run_cc(run, until_s=1.0 + 2 * predicted)
     first = stats.row_job == 0
     rates = stats.sample_rate_bps
     took = convergence_s(stats.sample_t_s, rates[:, first][:, 0], rates[:, ~first][:, 0], 1.0, 20 * period,
