@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from controller.core import adaptive
 from controller.core.arp import arp_answer
 from controller.core.events import (
     CountersSampled,
@@ -45,10 +46,10 @@ from controller.core.events import (
     PortsChanged,
     ProbeLinks,
     Push,
+    PushDone,
     QosPolicyRequested,
     ReadSwitch,
     Reply,
-    RolloutDone,
     RoutingRequested,
     Save,
     Saved,
@@ -125,9 +126,6 @@ _BATCHED: dict[type, Callable[[tuple[Any, ...]], Event]] = {
     FlowRemoval: FlowsRemoved,
     SwitchConnected: lambda batch: SwitchesConnected(tuple(e.dpid for e in batch)),
 }
-#: A push's barrier deadline grows with its size: 10 s, plus a second per this many messages (a whole k=16
-#: fabric's first push is ~350,000 flow-mods over 2 cores' worth of ovs-vswitchd).
-PUSH_MESSAGES_PER_S = 2000
 
 
 class FabricService:
@@ -422,11 +420,8 @@ class FabricService:
             self._queue.put(Tick())
 
     def poll_interval_s(self) -> float:
-        """The policy's interval under adaptive routing, else `stats_interval_s`."""
-        config = self._published.state.config
-        if config.policy.multipath_policy == "adaptive":
-            return config.policy_params.interval_ms / 1000.0
-        return self.stats_interval_s
+        """How often counters are polled now (the core's rule, `controller.core.adaptive.poll_interval_s`)."""
+        return adaptive.poll_interval_s(self._published.state.config, self.stats_interval_s)
 
     def _stats_loop(self) -> None:
         names = self.context.switch_of_dpid
@@ -439,11 +434,11 @@ class FabricService:
             sb = self.southbound
             if sb is None:
                 continue
-            adaptive = self._published.state.config.policy.multipath_policy == "adaptive"
+            wanted = adaptive.sample_wanted(self._published.state.config)
             timeout = max(0.5, min(2.0, interval))
             try:
                 raw = sb.port_stats(timeout_s=timeout)
-                slots = sb.slot_stats(timeout_s=timeout) if adaptive else {}
+                slots = sb.slot_stats(timeout_s=timeout) if wanted else {}
                 at = self.clock()
             except Exception:
                 LOG.exception("polling port counters failed")
@@ -454,7 +449,7 @@ class FabricService:
                 if dpid in names
             }
             self._publish(stats=PortStats(at, counters))
-            if adaptive and not self._sample_queued.is_set():
+            if wanted and not self._sample_queued.is_set():
                 self._sample_queued.set()
                 tx = {key: int(c.get("tx_bytes", 0)) for key, c in raw.items()}
                 self._queue.put(CountersSampled(at, tx, slots))
@@ -480,16 +475,11 @@ class _ServiceEffects:
         return SwitchRead(command.dpid, dict(snap.ports), tuple(snap.flows), tuple(snap.groups))
 
     def push(self, command: Push) -> Event:
-        sb, clock = self._sb(), self.service.clock
-        pushed = clock()
-        messages = sum(d.n_messages for d in command.deltas.values())
-        timeout_s = 10.0 + messages / PUSH_MESSAGES_PER_S
-        problems = sb.push(command.deltas, "make", timeout_s) if command.deltas else {}
-        made = clock()  # every new path is in place: what traffic needs
-        rest = {k: v for k, v in command.deltas.items() if k not in problems}
-        if rest:
-            problems.update(sb.push(rest, "break", timeout_s))
-        return RolloutDone(command.rollout, problems, pushed, made, clock())
+        """One phase, as the core asked it (which phase, which switches, how long they get)."""
+        clock = self.service.clock
+        started = clock()
+        problems = self._sb().push(command.deltas, command.phase, command.timeout_s) if command.deltas else {}
+        return PushDone(command.rollout, command.phase, problems, started, clock())
 
     def probe(self, command: ProbeLinks) -> None:
         self._sb().probe_links(command.dpids)

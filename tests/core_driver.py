@@ -15,13 +15,14 @@ from controller.core.events import (
     LinkSighting,
     LinksSeen,
     Log,
+    Phase,
     PortChange,
     PortsChanged,
     ProbeLinks,
     Push,
+    PushDone,
     ReadSwitch,
     Reply,
-    RolloutDone,
     Save,
     Saved,
     Start,
@@ -97,11 +98,10 @@ class CoreDriver:
         return SwitchRead(command.dpid, snap.ports, tuple(snap.flows), tuple(snap.groups))
 
     def push(self, command: Push) -> Event:
-        pushed = self.now
-        problems = self.sb.push(command.deltas, "make")
-        rest = {k: v for k, v in command.deltas.items() if k not in problems}
-        problems.update(self.sb.push(rest, "break"))
-        return RolloutDone(command.rollout, problems, pushed, pushed + 0.001, pushed + 0.002)
+        """One phase on the fake switches, said to take a millisecond (the driver's clock stays put)."""
+        problems = self.sb.push(command.deltas, command.phase) if command.deltas else {}
+        offset = 0.001 if command.phase is Phase.MAKE else 0.002
+        return PushDone(command.rollout, command.phase, problems, self.now, self.now + offset)
 
     def probe(self, command: ProbeLinks) -> None:
         self.sb.probe_links(command.dpids)

@@ -86,7 +86,9 @@ def test_bad_options_exit_2_naming_the_option(
 def test_sampler_reads_real_processes_and_machine_load() -> None:
     sampler = bench.Sampler(lambda: {"this_process": [os.getpid()], "ovs-vswitchd": []}, period_s=0.05)
     sampler.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10  # a few samples, however slow the machine
+    while len(sampler.load1) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     load = sampler.stop()
     assert sampler.stop() == load  # once
     peaks = sampler.peaks()

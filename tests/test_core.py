@@ -15,9 +15,11 @@ from controller.core.events import (
     LinkSighting,
     LinksSeen,
     Log,
+    Phase,
     PortChange,
     PortsChanged,
     Push,
+    PushDone,
     ReadSwitch,
     Reply,
     RoutingRequested,
@@ -69,7 +71,7 @@ def test_a_connecting_switch_is_read_back_then_sent_only_its_difference() -> Non
     d.sb.up.add(dpid)
     steps = d.feed(SwitchConnected(dpid), now=10.0)
     assert isinstance(steps[0].commands[0], ReadSwitch)  # nothing is pushed before the switch is read
-    pushes = [c for s in steps for c in s.commands if isinstance(c, Push)]
+    pushes = [c for s in steps for c in s.commands if isinstance(c, Push) and c.phase is Phase.MAKE]
     assert len(pushes) == 1 and set(pushes[0].deltas) == {dpid}
     (record,) = d.records("switch_connect")
     assert (
@@ -372,7 +374,7 @@ def test_a_fabric_connecting_at_once_is_read_together_and_programmed_in_one_roll
     snaps = [(r.dpid, d.sb.read_switch(r.dpid)) for r in reads]
     batch = tuple(SwitchRead(dp, s.ports, tuple(s.flows), tuple(s.groups)) for dp, s in snaps)
     steps = d.feed(SwitchesRead(batch), now=10.5)
-    pushes = [c for s in steps for c in s.commands if isinstance(c, Push)]
+    pushes = [c for s in steps for c in s.commands if isinstance(c, Push) and c.phase is Phase.MAKE]
     assert len(pushes) == 1 and set(pushes[0].deltas) == set(dpids)
     records = d.records("switch_connect")  # one per switch, as when they connect one by one
     assert sorted(r.switch or "" for r in records) == sorted(d.sb.dpids)
@@ -380,3 +382,30 @@ def test_a_fabric_connecting_at_once_is_read_together_and_programmed_in_one_roll
     assert sum(r.flow_mods or 0 for r in records) == sum(d.n_messages for d in pushes[0].deltas.values())
     assert d.state.synced == frozenset(d.sb.dpids)
     d.assert_holds_desired()
+
+
+def test_make_before_break_is_sequenced_by_the_core_and_a_failed_make_gets_no_break() -> None:
+    """The core asks for the make phase; only when it is confirmed does it ask for the break phase, and
+    only on the switches whose make succeeded (the failed one keeps its old entries and is read back).
+    Each phase's deadline grows with its size."""
+    d = CoreDriver(fat_tree(4))
+    d.start()
+    d.connect_all()
+    leaf1 = d.sb.dpids["leaf1"]
+    step = d.core.handle(d.state, 20.0, PortsChanged((PortChange(leaf1, 3, False, 20.0),)))  # a cut
+    make = [c for c in step.commands if isinstance(c, Push)]
+    assert len(make) == 1 and make[0].phase is Phase.MAKE and len(make[0].deltas) >= 2
+    messages = sum(x.n_messages for x in make[0].deltas.values())
+    assert make[0].timeout_s == Push.timeout_for(make[0].deltas) > 10.0 + messages / 2001
+    failed = next(dp for dp in make[0].deltas if dp != leaf1)
+    after = d.core.handle(step.state, 20.1, PushDone(make[0].rollout, Phase.MAKE, {failed: "no barrier"},
+                                                     20.0, 20.1))  # fmt: skip
+    brk = [c for c in after.commands if isinstance(c, Push)]
+    assert len(brk) == 1 and brk[0].phase is Phase.BREAK
+    assert set(brk[0].deltas) == set(make[0].deltas) - {failed}
+    assert after.records == ()  # not done until the break phase is confirmed
+    done = d.core.handle(after.state, 20.3, PushDone(make[0].rollout, Phase.BREAK, {}, 20.1, 20.3))
+    record = done.records[-1]
+    assert record.kind == "port_down" and record.failed_switches == {f"{failed:016x}": "no barrier"}
+    assert (record.installed_ms, record.cleaned_ms) == (100.0, 300.0)
+    assert [c.dpid for c in done.commands if isinstance(c, ReadSwitch)] == [failed]

@@ -72,10 +72,17 @@ class Rig:
     def uplink_split(self, src: str, dst: str, *extra: str) -> dict[int, int]:
         before, rx_before = self.tx_packets("leaf1"), self.tx_packets("leaf1", "rx")
         sent = self.send(src, dst, *extra)
-        time.sleep(0.3)
-        after, rx_after = self.tx_packets("leaf1"), self.tx_packets("leaf1", "rx")
-        split = {p: after[p] - before.get(p, 0) for p in (3, 4)}
-        taken_in = rx_after[1] - rx_before.get(1, 0)  # what OVS read from h1's port
+
+        def counted() -> tuple[dict[int, int], int]:
+            after, rx_after = self.tx_packets("leaf1"), self.tx_packets("leaf1", "rx")
+            return {p: after[p] - before.get(p, 0) for p in (3, 4)}, rx_after[1] - rx_before.get(1, 0)
+
+        # OVS updates its port counters as it forwards: read until every packet it took in went up (or 10 s)
+        deadline = time.monotonic() + 10
+        split, taken_in = counted()  # taken_in: what OVS read from h1's port
+        while sum(split.values()) != taken_in and time.monotonic() < deadline:
+            time.sleep(0.05)
+            split, taken_in = counted()
         # every packet OVS took in went up, and only ours; a busy machine may lose a few before OVS reads
         # them (its input socket overflows), never more than a tenth here
         assert sum(split.values()) == taken_in >= 0.9 * sent["sent"], (split, taken_in, sent)

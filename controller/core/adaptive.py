@@ -21,12 +21,25 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from controller.core.events import CountersSampled
-from controller.core.state import FabricState, Load
+from controller.core.state import Config, FabricState, Load
 from controller.sm.adaptive import ALPHA, RESTORE_AFTER, rebalance
 from controller.sm.policies import Assignment
 from topologies.model import PortRef
 
 SetKey = tuple[str, tuple[int, ...]]
+
+
+def poll_interval_s(config: Config, stats_interval_s: float) -> float:
+    """How often port counters are read: the policy's interval under adaptive routing (each sample may
+    move slots), else `stats_interval_s` (counters for metrics and the live view only)."""
+    if config.policy.multipath_policy == "adaptive":
+        return config.policy_params.interval_ms / 1000.0
+    return stats_interval_s
+
+
+def sample_wanted(config: Config) -> bool:
+    """Whether a counter poll also goes to the core as `CountersSampled` (with the slot counters)."""
+    return config.policy.multipath_policy == "adaptive"
 
 
 @dataclass(frozen=True)
@@ -156,4 +169,11 @@ def _slot_loads(
     return loads
 
 
-__all__ = ["ALPHA", "RESTORE_AFTER", "Decision", "sample"]
+__all__ = [
+    "ALPHA",
+    "RESTORE_AFTER",
+    "Decision",
+    "poll_interval_s",
+    "sample",
+    "sample_wanted",
+]

@@ -191,8 +191,21 @@ class CountersSampled:
 
 
 @dataclass(frozen=True)
+class PushDone:
+    """How one phase of a `Push` went: switches that failed (dpid -> why: refused, gone, no barrier reply
+    within the push's time), and when the phase started and was confirmed."""
+
+    rollout: int
+    phase: Phase
+    problems: Mapping[int, str]
+    started_at: float
+    done_at: float
+
+
+@dataclass(frozen=True)
 class RolloutDone:
-    """How a `Push` went: switches that failed (dpid -> why) and when each phase was confirmed."""
+    """A whole rollout as the core records it (both phases): the failed switches and when each phase was
+    confirmed.  Made by the core from its `PushDone`s."""
 
     rollout: int
     problems: Mapping[int, str]
@@ -227,6 +240,7 @@ Event = (
     | PartitionEditRequested
     | QosPolicyRequested
     | CountersSampled
+    | PushDone
     | RolloutDone
     | Saved
 )
@@ -244,13 +258,34 @@ class ReadSwitch:
     dpid: int
 
 
+class Phase(StrEnum):
+    #: Every delta's additions and modifications, barrier-confirmed: the new paths are in place.
+    MAKE = "make"
+    #: Then the deletions of what the new paths replaced, on the switches whose make succeeded.
+    BREAK = "break"
+
+
+#: A push's barrier deadline grows with its size: `PUSH_BASE_S`, plus a second per `PUSH_MESSAGES_PER_S`
+#: messages (a whole k=16 fabric's first push is ~350,000 flow-mods over 2 cores' worth of ovs-vswitchd).
+#: A switch that does not confirm in time failed: it is read back and repaired.
+PUSH_MESSAGES_PER_S = 2000
+PUSH_BASE_S = 10.0
+
+
 @dataclass(frozen=True)
 class Push:
-    """Make-before-break: every delta's adds on every switch, confirmed, then the deletes, confirmed.
-    Answered by `RolloutDone`."""
+    """One phase of a make-before-break rollout on the switches of `deltas`, each confirmed by a barrier
+    within `timeout_s`.  Answered by `PushDone`; the core sends the break phase only after the make phase
+    is confirmed, and only to the switches whose make succeeded."""
 
     rollout: int
     deltas: Mapping[int, SwitchDelta]
+    phase: Phase = Phase.MAKE
+    timeout_s: float = PUSH_BASE_S
+
+    @staticmethod
+    def timeout_for(deltas: Mapping[int, SwitchDelta]) -> float:
+        return PUSH_BASE_S + sum(d.n_messages for d in deltas.values()) / PUSH_MESSAGES_PER_S
 
 
 @dataclass(frozen=True)
@@ -289,6 +324,8 @@ class Reply:
 Command = ReadSwitch | Push | ProbeLinks | Save | Log | Reply
 
 __all__ = [
+    "PUSH_BASE_S",
+    "PUSH_MESSAGES_PER_S",
     "Command",
     "CountersSampled",
     "Event",
@@ -302,11 +339,13 @@ __all__ = [
     "OperatorRequest",
     "PartitionEditRequested",
     "PartitionsRequested",
+    "Phase",
     "PolicyRequested",
     "PortChange",
     "PortsChanged",
     "ProbeLinks",
     "Push",
+    "PushDone",
     "QosPolicyRequested",
     "ReadSwitch",
     "Reply",

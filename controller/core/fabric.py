@@ -39,10 +39,12 @@ from controller.core.events import (
     LogLevel,
     PartitionEditRequested,
     PartitionsRequested,
+    Phase,
     PolicyRequested,
     PortsChanged,
     ProbeLinks,
     Push,
+    PushDone,
     QosPolicyRequested,
     ReadSwitch,
     Reply,
@@ -135,6 +137,7 @@ class FabricCore:
             QosPolicyRequested: partial(operator.qos_requested, self),
             CountersSampled: self._counters,
             Saved: self._saved,
+            PushDone: self._push_done,
             RolloutDone: self._rollout_done,
         }
 
@@ -216,7 +219,31 @@ class FabricCore:
                 request=request,
             ),
         )
-        step.emit(Push(rollout_id, {d.dpid: d for d in deltas.values()}))
+        by_dpid = {d.dpid: d for d in deltas.values()}
+        step.emit(Push(rollout_id, by_dpid, Phase.MAKE, Push.timeout_for(by_dpid)))
+
+    def _push_done(self, step: Builder, done: PushDone) -> None:
+        """Make before break: the make phase confirmed, the break phase goes to the switches whose make
+        succeeded (a switch that failed keeps its old entries too, and is read back); the break phase
+        confirmed, the rollout is done."""
+        pending = step.state.pending_rollout
+        if pending is None or pending.rollout != done.rollout:
+            step.log(LogLevel.ERROR, f"rollout {done.rollout} ({done.phase}) finished but was not pending")
+            return
+        if done.phase is Phase.MAKE:
+            rest = {d.dpid: d for d in pending.deltas.values() if d.dpid not in done.problems}
+            if rest:
+                step.update(pending_rollout=replace(pending, pushed_at=done.started_at, made_at=done.done_at,
+                                                    make_problems=dict(done.problems)))  # fmt: skip
+                step.emit(Push(done.rollout, rest, Phase.BREAK, Push.timeout_for(rest)))
+                return
+            self._rollout_done(step, RolloutDone(done.rollout, done.problems, done.started_at, done.done_at,
+                                                 done.done_at))  # fmt: skip
+            return
+        assert pending.pushed_at is not None and pending.made_at is not None
+        problems = {**pending.make_problems, **done.problems}
+        self._rollout_done(step, RolloutDone(done.rollout, problems, pending.pushed_at, pending.made_at,
+                                             done.done_at))  # fmt: skip
 
     def _rollout_done(self, step: Builder, done: RolloutDone) -> None:
         pending = step.state.pending_rollout

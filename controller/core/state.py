@@ -162,7 +162,7 @@ class Load:
 
 @dataclass(frozen=True)
 class PendingRollout:
-    """A `Push` in flight: what to record when `RolloutDone` arrives."""
+    """A rollout in flight (`Push` make, then break): what to record when it is done."""
 
     rollout: int
     computation: Computation
@@ -173,6 +173,10 @@ class PendingRollout:
     flow_mods: int
     details: Mapping[str, Any]
     request: int | None = None
+    #: The make phase, once confirmed: when it started and ended, and the switches where it failed.
+    pushed_at: float | None = None
+    made_at: float | None = None
+    make_problems: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
