@@ -10,12 +10,12 @@ load and its CPU busy fraction (/proc/stat).  Idle CPU of the switches and the c
 a few seconds after bring-up.  `--repeat N` runs each case N times in this process and summarises every
 figure as p50/p95/max over the runs that verified all pairs (n says how many); every run is kept.
 
-    python benchmarks/bringup.py            # k=4, k=8 fat-trees and a 64-GPU rail fabric, system OVS
-    python benchmarks/bringup.py --cases k4 --shards 2 --repeat 20
-    python benchmarks/bringup.py --cases k4 --shards 1,2 --crossing vxlan   # unsharded baseline too
-    python benchmarks/bringup.py --cases k16,rail1024 --repeat 3 --out benchmarks/results/X.json
-    python benchmarks/bringup.py --cases k4,k8 --baseline   # also Mininet's own nodes, same process
-    python benchmarks/bringup.py --cases k16 --scale none --cables patch,veth --repeat 3   # A/B
+    python -m benchmarks.bringup            # k=4, k=8 fat-trees and a 64-GPU rail fabric, system OVS
+    python -m benchmarks.bringup --cases k4 --shards 2 --repeat 20
+    python -m benchmarks.bringup --cases k4 --shards 1,2 --crossing vxlan   # unsharded baseline too
+    python -m benchmarks.bringup --cases k16,rail1024 --repeat 3 --out benchmarks/results/X.json
+    python -m benchmarks.bringup --cases k4,k8 --baseline   # also Mininet's own nodes, same process
+    python -m benchmarks.bringup --cases k16 --scale none --cables patch,veth --repeat 3   # A/B
 Needs root, Open vSwitch and Mininet (Debian's mnexec).  `--shards` defaults per case: k16 on 8 shards,
 rail1024 on 4, the others on the system OVS (1).  A case is keyed `NAME`, `NAME-sN` or `NAME-sN-vxlan`,
 then `-patch`/`-veth` when `--cables` names what a cable inside a shard is (default auto: patch ports
@@ -42,22 +42,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
+from benchmarks.out import out_file, write_out
+from controller.sm.manager import SubnetManager
+from emulation import runfile
+from emulation.controlproc import ControllerProcess
+from emulation.mesh import check_all_pairs
+from emulation.mnfabric import MininetFabric, Scale, mininet_available
+from emulation.ovs import OvsDaemon
+from emulation.sharded import ShardedFabric
+from emulation.shards import CABLES, CROSSINGS, uses_patch
+from topologies.generators import fat_tree, rail
+from topologies.loader import dump_yaml
+from topologies.model import Fabric
 
-from benchmarks.out import out_file, write_out  # noqa: E402
-from controller.sm.manager import SubnetManager  # noqa: E402
-from emulation import runfile  # noqa: E402
-from emulation.controlproc import ControllerProcess  # noqa: E402
-from emulation.mesh import check_all_pairs  # noqa: E402
-from emulation.mnfabric import MininetFabric, Scale, mininet_available  # noqa: E402
-from emulation.ovs import OvsDaemon  # noqa: E402
-from emulation.sharded import ShardedFabric  # noqa: E402
-from emulation.shards import CABLES, CROSSINGS, uses_patch  # noqa: E402
-from topologies.generators import fat_tree, rail  # noqa: E402
-from topologies.loader import dump_yaml  # noqa: E402
-from topologies.model import Fabric  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CASES: dict[str, Callable[[], Fabric]] = {
     "k4": lambda: fat_tree(4),

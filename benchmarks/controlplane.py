@@ -11,9 +11,9 @@
    receiver by sequence numbers, with fast-failover groups (switch-local) and without (controller
    recomputes) — the same failures in the same run.
 
-    python benchmarks/controlplane.py            # everything (several minutes)
-    python benchmarks/controlplane.py --quick    # smaller counts, k=4 only
-    python benchmarks/controlplane.py --parts flow_rate,reroute
+    python -m benchmarks.controlplane            # everything (several minutes)
+    python -m benchmarks.controlplane --quick    # smaller counts, k=4 only
+    python -m benchmarks.controlplane --parts flow_rate,reroute
 Needs root and Open vSwitch; starts OVS if it is not running (and stops it again).
 """
 
@@ -32,18 +32,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
+from benchmarks.out import out_file, write_out
+from controller.rest.client import wait_for
+from controller.sm.intents import FlowIntent, SwitchDelta, cookie_of, match
+from controller.sm.manager import SubnetManager
+from emulation.controlproc import ControllerProcess, free_port
+from emulation.ovs import OvsDaemon, OvsFabric, ovs_available
+from topologies.generators import fat_tree
+from topologies.loader import dump_yaml
 
-from benchmarks.out import out_file, write_out  # noqa: E402
-from controller.rest.client import wait_for  # noqa: E402
-from controller.sm.intents import FlowIntent, SwitchDelta, cookie_of, match  # noqa: E402
-from controller.sm.manager import SubnetManager  # noqa: E402
-from emulation.controlproc import ControllerProcess, free_port  # noqa: E402
-from emulation.ovs import OvsDaemon, OvsFabric, ovs_available  # noqa: E402
-from topologies.generators import fat_tree  # noqa: E402
-from topologies.loader import dump_yaml  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = str(ROOT / "emulation" / "probe.py")
 

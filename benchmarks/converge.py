@@ -8,8 +8,8 @@ flow's start, averaged over the runs and over a moving 100-period window — whe
 for good (`settled_s`).  The model is a mean-field model, so the instruments are judged by the mean of
 their runs; what one run does (its own gap, which wanders) is reported beside it.
 
-    python benchmarks/converge.py --out benchmarks/results/converge.json    # 16 sim seeds + 6 emulated runs
-    python benchmarks/converge.py --emulated 0                               # the simulator only
+    python -m benchmarks.converge --out benchmarks/results/converge.json    # 16 sim seeds + 6 emulated runs
+    python -m benchmarks.converge --emulated 0                               # the simulator only
 
 The emulated runs need Open vSwitch and Mininet (root); each takes about 70 s.
 """
@@ -25,17 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from benchmarks.out import emit, out_file  # noqa: E402
-from emulation.ovs import OvsDaemon  # noqa: E402
-from emulation.runner import run_scenario  # noqa: E402
-from flowsim.converge import (  # noqa: E402
+from benchmarks.out import emit, out_file
+from emulation.ovs import OvsDaemon
+from emulation.runner import run_scenario
+from flowsim.converge import (
     JUDGED_PERIODS,
     WINDOW_PERIODS,
     WITHIN,
@@ -45,7 +40,9 @@ from flowsim.converge import (  # noqa: E402
     per_run,
     simulated_rates,
 )
-from labspec.scenario import load_scenario  # noqa: E402
+from labspec.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SCENARIO = ROOT / "scenarios" / "converge-k4.yaml"
 #: The measured mean-of-runs time may differ from the model's by this factor either way and still "hold".

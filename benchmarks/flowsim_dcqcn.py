@@ -17,8 +17,8 @@ Prints (or writes with --out) one JSON document:
 
 Every part reports the machine's load average before and after:
 
-    python benchmarks/flowsim_dcqcn.py --out benchmarks/results/flowsim-dcqcn.json
-    python benchmarks/flowsim_dcqcn.py --quick        # small sizes, seconds
+    python -m benchmarks.flowsim_dcqcn --out benchmarks/results/flowsim-dcqcn.json
+    python -m benchmarks.flowsim_dcqcn --quick        # small sizes, seconds
 """
 
 from __future__ import annotations
@@ -33,26 +33,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from benchmarks.out import emit, out_file
+from flowsim.ccmodel import convergence_s
+from flowsim.ccresult import run_cc
+from flowsim.ccsim import CcSimulator
+from flowsim.engine import SimConfig, Simulator
+from flowsim.fluidmodel import predicted_convergence_s
+from flowsim.metrics import summarise
+from flowsim.network import Network
+from flowsim.scenario import cc_setup, workload_of
+from labspec.scenario import load_scenario
+from topologies.generators import fat_tree, leaf_spine
+from topologies.loader import dump_yaml
+
 ROOT = Path(__file__).resolve().parents[1]
-# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from benchmarks.out import emit, out_file  # noqa: E402
-from flowsim.ccmodel import convergence_s  # noqa: E402
-from flowsim.ccresult import run_cc  # noqa: E402
-from flowsim.ccsim import CcSimulator  # noqa: E402
-from flowsim.engine import SimConfig, Simulator  # noqa: E402
-from flowsim.fluidmodel import predicted_convergence_s  # noqa: E402
-from flowsim.metrics import summarise  # noqa: E402
-from flowsim.network import Network  # noqa: E402
-from flowsim.scenario import cc_setup, workload_of  # noqa: E402
-from labspec.scenario import load_scenario  # noqa: E402
-from topologies.generators import fat_tree, leaf_spine  # noqa: E402
-from topologies.loader import dump_yaml  # noqa: E402
 
 FIGURES = ("slowdown", "completion_s", "goodput_gbps", "fct_slowdown_p50", "fct_slowdown_p99", "loss_pct")
 

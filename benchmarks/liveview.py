@@ -1,7 +1,7 @@
 """Live view and metrics at fabric scale, in process (no switches needed): how big the drawing and the
 pushed frames are, how long a frame and a `/metrics` scrape take to build, at k=8 and k=16.
 
-    python benchmarks/liveview.py --out benchmarks/results/liveview.json [--n 20] [--ks 8,16]
+    python -m benchmarks.liveview --out benchmarks/results/liveview.json [--n 20] [--ks 8,16]
 
 Counters are synthetic (every switch port busy at a seeded random rate); the routing is really computed
 (ftree).  Render time in a browser is in docs/observability.md (measured with headless Chromium).
@@ -19,21 +19,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import generate_latest
+
+from benchmarks.out import out_file, write_out
+from controller.core.events import Start
+from controller.core.fabric import FabricCore
+from controller.observe.live import LiveOptions, LiveView
+from controller.observe.metrics import controller_registry
+from controller.observe.model import Layout
+from controller.published import PortCounters, PortStats, Published
+from controller.sm.manager import SubnetContext
+from topologies.generators import fat_tree
+
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from prometheus_client import generate_latest  # noqa: E402
-
-from benchmarks.out import out_file, write_out  # noqa: E402
-from controller.core.events import Start  # noqa: E402
-from controller.core.fabric import FabricCore  # noqa: E402
-from controller.observe.live import LiveOptions, LiveView  # noqa: E402
-from controller.observe.metrics import controller_registry  # noqa: E402
-from controller.observe.model import Layout  # noqa: E402
-from controller.published import PortCounters, PortStats, Published  # noqa: E402
-from controller.sm.manager import SubnetContext  # noqa: E402
-from topologies.generators import fat_tree  # noqa: E402
 
 
 def _pcts(values: list[float]) -> dict[str, float]:

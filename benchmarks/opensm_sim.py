@@ -12,7 +12,7 @@ tables; LFT upload to the simulated switches follows).  Peak memory is OpenSM's 
 (GNU time).  The dumps (`opensm-lfts.dump`, `opensm-ftree-ca-order.dump`, ...) are returned as text so the
 caller can put OpenSM's tables through fabriclab's verifier.
 
-    python benchmarks/opensm_sim.py FABRIC.net --engine ftree --out /tmp/osm   # one run, JSON on stdout
+    python -m benchmarks.opensm_sim FABRIC.net --engine ftree --out /tmp/osm   # one run, JSON on stdout
 """
 
 from __future__ import annotations
@@ -30,12 +30,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
+from fabriclab.cli import results
+from fabriclab.cli.common import CliError
 
-from fabriclab.cli import results  # noqa: E402
-from fabriclab.cli.common import CliError  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 UMAD2SIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
 _STAMP = re.compile(r"^(\w{3} \d\d \d\d:\d\d:\d\d) (\d{6}) ")

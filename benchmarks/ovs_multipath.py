@@ -11,7 +11,7 @@ say where they went, and the datapath how many megaflows it needed.  Mechanisms:
 * `of15_hash_5tuple`: OpenFlow 1.5, `selection_method=hash,fields(ip_src,ip_dst,udp_src,udp_dst)`;
 * `of13_masked_udp_src`: OpenFlow 1.3 flows matching `udp_src=i/0x3`, one per output (a slot table).
 
-    python benchmarks/ovs_multipath.py --out benchmarks/results/ovs_multipath.json [--packets 1024]
+    python -m benchmarks.ovs_multipath --out benchmarks/results/ovs_multipath.json [--packets 1024]
 
 Creates only `fl15mp*` names (bridge, veths, namespace) and removes them.  Needs root and OVS.
 """
@@ -28,14 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from benchmarks.out import out_file, write_out
+from emulation.ovs import OvsDaemon, ovs_available
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # first: this folder is not a package root
-
-from scapy.layers.inet import IP, UDP  # noqa: E402
-from scapy.layers.l2 import Ether  # noqa: E402
-
-from benchmarks.out import out_file, write_out  # noqa: E402
-from emulation.ovs import OvsDaemon, ovs_available  # noqa: E402
 
 TAG = "fl15mp"
 BRIDGE, NS, IN_NS, IN_BR = f"{TAG}br", f"{TAG}ns", f"{TAG}i0", f"{TAG}i1"

@@ -10,8 +10,8 @@ partition, as a partitions file without a Default rule gives), in one process:
 * `change`: one host moved from one tenant to the other — the core's recomputation (p50/p95/max) and the
   rollout's size (switches touched, flow-mods), against a full reinstall.
 
-    python benchmarks/partitions.py --out benchmarks/results/partitions.json
-    python benchmarks/partitions.py --k 4 --repeats 20
+    python -m benchmarks.partitions --out benchmarks/results/partitions.json
+    python -m benchmarks.partitions --k 4 --repeats 20
 """
 
 from __future__ import annotations
@@ -25,16 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
+from benchmarks.out import out_file, write_out
+from controller.sm.intents import ForwardingOptions, rollout
+from controller.sm.manager import SubnetContext
+from controller.sm.partitions import Partitions
+from controller.sm.partitions_conf import parse_conf, resolve
+from topologies.generators import fat_tree
+from topologies.model import Fabric
 
-from benchmarks.out import out_file, write_out  # noqa: E402
-from controller.sm.intents import ForwardingOptions, rollout  # noqa: E402
-from controller.sm.manager import SubnetContext  # noqa: E402
-from controller.sm.partitions import Partitions  # noqa: E402
-from controller.sm.partitions_conf import parse_conf, resolve  # noqa: E402
-from topologies.generators import fat_tree  # noqa: E402
-from topologies.model import Fabric  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def stats_ms(samples: list[float]) -> dict[str, float]:

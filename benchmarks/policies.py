@@ -13,8 +13,8 @@
 3. `compare`: wall time of `fabriclab compare` on scenarios/permutation-k4.yaml with all four policies (the
    budget is 10 minutes), and whether the emulator carried each run cleanly.
 
-    python benchmarks/policies.py --out benchmarks/results/policies.json            # everything
-    python benchmarks/policies.py --parts reaction --n 5 --out /tmp/p.json          # a quick look
+    python -m benchmarks.policies --out benchmarks/results/policies.json            # everything
+    python -m benchmarks.policies --parts reaction --n 5 --out /tmp/p.json          # a quick look
 
 The machine's load average is recorded before and after each part: figures from a busy machine say so.
 Needs root and Open vSwitch (Mininet for `compare`).
@@ -33,15 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # first: this folder is not a package root
+from benchmarks.out import out_file, write_out
+from controller.sm.manager import SubnetManager
+from emulation.controlproc import ControllerProcess
+from emulation.ovs import OvsDaemon, OvsFabric, ovs_available
+from topologies.generators import fat_tree
+from topologies.loader import dump_yaml
 
-from benchmarks.out import out_file, write_out  # noqa: E402
-from controller.sm.manager import SubnetManager  # noqa: E402
-from emulation.controlproc import ControllerProcess  # noqa: E402
-from emulation.ovs import OvsDaemon, OvsFabric, ovs_available  # noqa: E402
-from topologies.generators import fat_tree  # noqa: E402
-from topologies.loader import dump_yaml  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 POLICIES = ["static", "ecmp", "spray", "adaptive"]
 #: The reaction trials tell the controller links carry 8 Mb/s: 1000 packets/s of 1000 bytes fill one.

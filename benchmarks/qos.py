@@ -1,6 +1,6 @@
 """QoS on the emulated k=4 fat-tree, real packets: weighted shares, a rate cap, strict-priority latency.
 
-    python benchmarks/qos.py --out benchmarks/results/qos.json [--link-pps 150] [--runs 5] [--duration 6]
+    python -m benchmarks.qos --out benchmarks/results/qos.json [--link-pps 150] [--runs 5] [--duration 6]
 
 One fabric (Mininet + userspace OVS, links scaled so a link carries `--link-pps` 1042-byte probe packets a
 second); first the strict-priority run without QoS (plain FIFO links), then the policy of
@@ -13,7 +13,7 @@ scenarios/qos-tenants.yaml on every switch port (`emulation.qosqueues`), and per
   second (VL7, strict): the control flow's one-way latency, with and without QoS.
 
 Each run's headroom verdict (did the emulator keep up) is recorded with the machine's load.  Wrap it in the
-team's emulation lock: `flock /work/briefing/emu.lock python benchmarks/qos.py ...`.
+team's emulation lock: `flock /work/briefing/emu.lock python -m benchmarks.qos ...`.
 """
 
 from __future__ import annotations
@@ -28,14 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # first: this folder is not a package root
+from benchmarks.out import out_file, write_out
+from controller.formats.qosload import load_policy
+from emulation.mnfabric import remove
+from emulation.ovs import OvsDaemon
+from emulation.qosrun import ClassFlow, QosBench, link_scale
 
-from benchmarks.out import out_file, write_out  # noqa: E402
-from controller.formats.qosload import load_policy  # noqa: E402
-from emulation.mnfabric import remove  # noqa: E402
-from emulation.ovs import OvsDaemon  # noqa: E402
-from emulation.qosrun import ClassFlow, QosBench, link_scale  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TOPOLOGY = ROOT / "topologies" / "fat-tree-k4.yaml"
 POLICY = ROOT / "scenarios" / "qos-tenants.yaml"

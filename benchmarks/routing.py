@@ -21,10 +21,10 @@ fabric file goes through the real OpenSM 3.3.23 in the same run (`benchmarks/ope
 step from its log, its peak RSS, and its dumped tables through fabriclab's verifier and quality figures
 (shifts in OpenSM's own CA order where it dumps one).  `--no-opensm` skips it.
 
-    python benchmarks/routing.py --out benchmarks/results/routing.json          # everything (an hour)
-    python benchmarks/routing.py --quick                                         # k <= 16, small fabrics
-    python benchmarks/routing.py --cases osm-k24,ft24 --engines ftree,sssp --repeats 5
-    python benchmarks/routing.py --from-json benchmarks/results/routing.json        # its Markdown table
+    python -m benchmarks.routing --out benchmarks/results/routing.json          # everything (an hour)
+    python -m benchmarks.routing --quick                                         # k <= 16, small fabrics
+    python -m benchmarks.routing --cases osm-k24,ft24 --engines ftree,sssp --repeats 5
+    python -m benchmarks.routing --from-json benchmarks/results/routing.json        # its Markdown table
 """
 
 from __future__ import annotations
@@ -43,24 +43,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
+from benchmarks.opensm_sim import available as opensm_available
+from benchmarks.opensm_sim import run_opensm
+from benchmarks.out import out_file, write_out
+from controller.sm.engines import default_registry
+from controller.sm.opensm import ca_order_from_dump, lids_from_lfts, tables_from_lfts
+from controller.sm.quality import quality
+from controller.sm.subnet import Subnet
+from controller.sm.tables import RoutingTables
+from controller.sm.verify import verify
+from topologies.direct import dragonfly, random_regular, torus
+from topologies.generators import fat_tree, leaf_spine, opensm_fat_tree, rail
+from topologies.ibnet import dump_ibnet, parse_ibnet
+from topologies.model import Fabric
+from topologies.relabel import relabel
 
-from benchmarks.opensm_sim import available as opensm_available  # noqa: E402
-from benchmarks.opensm_sim import run_opensm  # noqa: E402
-from benchmarks.out import out_file, write_out  # noqa: E402
-from controller.sm.engines import default_registry  # noqa: E402
-from controller.sm.opensm import ca_order_from_dump, lids_from_lfts, tables_from_lfts  # noqa: E402
-from controller.sm.quality import quality  # noqa: E402
-from controller.sm.subnet import Subnet  # noqa: E402
-from controller.sm.tables import RoutingTables  # noqa: E402
-from controller.sm.verify import verify  # noqa: E402
-from topologies.direct import dragonfly, random_regular, torus  # noqa: E402
-from topologies.generators import fat_tree, leaf_spine, opensm_fat_tree, rail  # noqa: E402
-from topologies.ibnet import dump_ibnet, parse_ibnet  # noqa: E402
-from topologies.model import Fabric  # noqa: E402
-from topologies.relabel import relabel  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _imported(fabric: Fabric) -> Fabric:
@@ -244,7 +242,7 @@ def run_opensm_case(case: str, engine_name: str, repeats: int) -> dict[str, Any]
 
 
 def _subprocess(argv: list[str], timeout_s: float) -> dict[str, Any]:
-    command = [sys.executable, __file__, *argv]
+    command = [sys.executable, "-m", "benchmarks.routing", *argv]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, check=False, cwd=ROOT, timeout=timeout_s

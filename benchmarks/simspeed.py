@@ -16,9 +16,9 @@ Prints (or writes with --out) one JSON document:
 Every case reports the machine's load average before and after; the integrator re-runs final figures on a
 quiet machine:
 
-    python benchmarks/simspeed.py --out benchmarks/results/flowsim.json
-    python benchmarks/simspeed.py --quick            # small sizes, seconds (what the test runs)
-    python benchmarks/simspeed.py --parts solve,scaling --max-k 24
+    python -m benchmarks.simspeed --out benchmarks/results/flowsim.json
+    python -m benchmarks.simspeed --quick            # small sizes, seconds (what the test runs)
+    python -m benchmarks.simspeed --parts solve,scaling --max-k 24
 """
 
 from __future__ import annotations
@@ -35,23 +35,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from benchmarks.out import emit, out_file
+from flowsim import maxmin
+from flowsim.engine import SimConfig, Simulator
+from flowsim.network import Network, route_fabric
+from flowsim.routes import SlotPick, five_tuple_hash, walk
+from flowsim.slots import SlotTables
+from flowsim.workload import Workload, adhoc, ring
+from topologies.generators import fat_tree, leaf_spine, rail
+from traffic.entropy import seeded_sport_array
+
 ROOT = Path(__file__).resolve().parents[1]
-# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from benchmarks.out import emit, out_file  # noqa: E402
-from flowsim import maxmin  # noqa: E402
-from flowsim.engine import SimConfig, Simulator  # noqa: E402
-from flowsim.network import Network, route_fabric  # noqa: E402
-from flowsim.routes import SlotPick, five_tuple_hash, walk  # noqa: E402
-from flowsim.slots import SlotTables  # noqa: E402
-from flowsim.workload import Workload, adhoc, ring  # noqa: E402
-from topologies.generators import fat_tree, leaf_spine, rail  # noqa: E402
-from traffic.entropy import seeded_sport_array  # noqa: E402
 
 POLICIES = ("static", "ecmp", "spray", "adaptive")
 
@@ -202,10 +198,12 @@ def part_big(case: str, quick: bool, policies: tuple[str, ...]) -> dict[str, Any
     """Each policy in a fresh process, so its peak RSS is its own."""
     rows: dict[str, Any] = {}
     for policy in policies:
-        argv = [sys.executable, __file__, "--case", case, "--policy", policy] + (["--quick"] if quick else [])
+        argv = [sys.executable, "-m", "benchmarks.simspeed", "--case", case, "--policy", policy] + (
+            ["--quick"] if quick else []
+        )
         before = load()
         started = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600, cwd=ROOT)
         wall = time.perf_counter() - started
         if done.returncode != 0:
             rows[policy] = {

@@ -6,7 +6,7 @@ sender (`traffic.fastpath`: one prebuilt frame, PSN and ICRC patched per packet,
 by `traffic.agent recv` in the other namespace, which verifies every ICRC and PSN.  Then a paced run at
 `--rate` shows what the receiver takes without loss.
 
-    python benchmarks/traffic.py [--count 300000] [--rate 100000] [--baseline 100]
+    python -m benchmarks.traffic [--count 300000] [--rate 100000] [--baseline 100]
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# Run as a file: the repository on sys.path, so `benchmarks.out` and the packages import.
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent)]
 
 MACS = ("02:fa:b1:00:00:01", "02:fa:b1:00:00:02")
 IPS = ("10.0.0.1", "10.0.0.2")

@@ -13,7 +13,8 @@ def test_routing_benchmark_runs_and_reports_json() -> None:
     done = subprocess.run(
         [
             sys.executable,
-            "benchmarks/routing.py",
+            "-m",
+            "benchmarks.routing",
             "--cases",
             "ft8,torus6x6",
             "--engines",
@@ -51,7 +52,8 @@ def test_controller_benchmark_runs_and_reports_json() -> None:
     done = subprocess.run(
         [
             sys.executable,
-            "benchmarks/controlplane.py",
+            "-m",
+            "benchmarks.controlplane",
             "--quick",
             "--parts",
             "flow_rate,reroute",

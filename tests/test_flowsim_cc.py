@@ -249,8 +249,8 @@ def test_the_dcqcn_benchmark_runs_and_reports_json() -> None:
     import sys
 
     done = subprocess.run(
-        [sys.executable, "benchmarks/flowsim_dcqcn.py", "--quick", "--parts", "alltoall,incast", "--policies",
-         "spray"],
+        [sys.executable, "-m", "benchmarks.flowsim_dcqcn", "--quick", "--parts", "alltoall,incast",
+         "--policies", "spray"],
         cwd=ROOT, capture_output=True, text=True, check=False, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

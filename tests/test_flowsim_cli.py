@@ -399,7 +399,7 @@ def test_sweep_rows_identical_on_processes_localcluster_and_a_real_dask_cluster(
 @pytest.mark.slow
 def test_flowsim_benchmark_script_reports_json() -> None:
     done = subprocess.run(
-        [sys.executable, "benchmarks/simspeed.py", "--quick", "--parts", "solve,scaling", "--runs", "3"],
+        [sys.executable, "-m", "benchmarks.simspeed", "--quick", "--parts", "solve,scaling", "--runs", "3"],
         cwd=ROOT, capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
