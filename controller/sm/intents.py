@@ -27,7 +27,7 @@ a flow.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
@@ -491,14 +491,17 @@ def _compile_switch(
 
 
 def rollout(
-    installed: Mapping[str, SwitchProgram | None], desired: Mapping[str, SwitchProgram]
+    installed: Mapping[str, SwitchProgram | None],
+    desired: Mapping[str, SwitchProgram],
+    skip: Collection[str] = (),
 ) -> dict[str, SwitchDelta]:
-    """Non-empty deltas for the switches in `installed` (the ones connected).  Apply every delta's adds
-    on every switch, confirm, then the deletes: no packet meets a half-updated path that drops it."""
+    """Non-empty deltas for the switches in `installed` (the ones connected), but none for those in
+    `skip` (known to hold `desired` already).  Apply every delta's adds on every switch, confirm, then the
+    deletes: no packet meets a half-updated path that drops it."""
     deltas: dict[str, SwitchDelta] = {}
     for switch, have in sorted(installed.items()):
         want = desired.get(switch)
-        if want is None:
+        if want is None or switch in skip:
             continue
         delta = diff(have, want)
         if not delta.empty:
