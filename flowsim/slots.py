@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from controller.sm.intents import switch_levels
+from controller.sm.compile import switch_levels
 from controller.sm.policies import SLOTS, even_assignment, slot_shift
 from flowsim.network import F64, I32, I64, Routing
 

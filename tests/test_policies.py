@@ -10,14 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from controller.sm.intents import (
-    SLOT_TABLE,
-    ForwardingOptions,
-    GroupKind,
-    failover_ports,
-    rollout,
-    switch_levels,
-)
+from controller.sm.compile import failover_ports, switch_levels
+from controller.sm.intents import SLOT_TABLE, ForwardingOptions, GroupKind, rollout
 from controller.sm.manager import SubnetManager
 from controller.sm.policies import SLOTS, even_assignment, slot_shift
 from controller.sm.tables import RoutingTables

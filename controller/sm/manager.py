@@ -21,6 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from controller.sm.addressing import AddressTable
+from controller.sm.compile import Weights, compile_programs, switch_levels
 from controller.sm.engines import EngineRegistry, RoutingEngine, default_registry, select_engine
 from controller.sm.incremental import NotIncremental, reroute
 from controller.sm.intents import (
@@ -29,10 +30,7 @@ from controller.sm.intents import (
     ForwardingOptions,
     GenerationExhausted,
     SwitchProgram,
-    Weights,
-    compile_programs,
     cookie_of,
-    switch_levels,
 )
 from controller.sm.isolation import Attachment, attachments, enforce
 from controller.sm.lids import LidMap, assign_lids

@@ -1,0 +1,364 @@
+"""Forwarding tables become switch programs (`controller.sm.intents`): one flow per destination host port,
+fast-failover groups over the alternatives, slot tables for the multipath policies.
+
+A reroute changes few entries on the switches it touches, so compiling is incremental twice over: a switch
+whose table row, alternatives and weights did not change keeps its program object, and one where only a few
+destinations changed has just those compiled again (`_patch_switch`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from controller.sm.addressing import AddressTable, HostAddress
+from controller.sm.intents import (
+    ETH_TYPE_IPV4,
+    IP_PROTO_UDP,
+    PRIORITY_CLASS,
+    PRIORITY_ROUTE,
+    PRIORITY_SET_FALLBACK,
+    PRIORITY_SLOT,
+    SLOT_TABLE,
+    Action,
+    FlowIntent,
+    FlowKey,
+    ForwardingOptions,
+    GroupIntent,
+    GroupKind,
+    Match,
+    SwitchProgram,
+    control_flows,
+    cookie_of,
+    match,
+)
+from controller.sm.policies import SLOTS, Assignment, even_assignment, slot_shift
+from controller.sm.subnet import NO_PORT, Subnet
+from controller.sm.tables import RoutingTables
+
+
+@dataclass
+class _GroupIds:
+    """Content-addressed group ids, probing deterministically on (rare) crc collisions."""
+
+    by_content: dict[tuple[GroupKind, tuple[int, ...]], int] = field(default_factory=dict)
+    taken: set[int] = field(default_factory=set)
+
+    def get(self, kind: GroupKind, ports: tuple[int, ...]) -> int:
+        content = (kind, ports)
+        gid = self.by_content.get(content)
+        if gid is None:
+            gid = (zlib.crc32(f"{kind.value}:{','.join(map(str, ports))}".encode()) & 0x7FFFFFFF) or 1
+            while gid in self.taken:
+                gid = (gid + 1) & 0x7FFFFFFF or 1
+            self.by_content[content] = gid
+            self.taken.add(gid)
+        return gid
+
+
+#: Per switch: each set of equal-cost ports its slot table serves -> the slot assignment installed.
+Weights = Mapping[str, Mapping[tuple[int, ...], Assignment]]
+#: Per switch: each set -> its 16 slot flows' keys, in slot order.
+SlotKeys = dict[str, dict[tuple[int, ...], tuple[FlowKey, ...]]]
+
+
+def compile_programs(
+    tables: RoutingTables,
+    addresses: AddressTable,
+    dpids: Mapping[str, int],
+    options: ForwardingOptions,
+    generation: int,
+    previous: tuple[RoutingTables, Mapping[str, SwitchProgram]] | None = None,
+    weights: Weights | None = None,
+    previous_weights: Weights | None = None,
+    previous_keys: SlotKeys | None = None,
+) -> tuple[dict[str, SwitchProgram], dict[str, dict[tuple[int, ...], Assignment]], SlotKeys]:
+    """Forwarding tables + addresses -> the flows and groups of every switch in the routed subnet, the
+    slot assignment of every set (from `weights` where given, else even) and its slot flows' keys.
+
+    With `previous` (the last tables and their programs), a switch whose table row, alternatives and
+    weights are unchanged keeps its program object: after a single failure most switches are untouched,
+    and compiling only the changed ones keeps reroutes off the critical path."""
+    subnet = tables.subnet
+    cookie = cookie_of(generation)
+    ep_of_lid = {int(lid): i for i, lid in enumerate(subnet.ep_lids)}
+    present = [(a, ep_of_lid[a.lid]) for a in addresses if a.lid in ep_of_lid]
+    ep_target = subnet.ep_switch.tolist()
+    reusable = previous is not None and _same_shape(previous[0], tables)
+    levels = switch_levels(subnet) if options.slot_tables else None
+    weights = weights or {}
+    programs: dict[str, SwitchProgram] = {}
+    assignments: dict[str, dict[tuple[int, ...], Assignment]] = {}
+    keys: SlotKeys = {}
+    for s, name in enumerate(subnet.switch_names):
+        mine = weights.get(name, {})
+        if reusable and previous is not None and name in previous[1]:
+            old = previous[0]
+            same_weights = _skewed((previous_weights or {}).get(name, {})) == _skewed(mine)
+            if (
+                same_weights
+                and np.array_equal(old.lft[s], tables.lft[s])
+                and np.array_equal(old.alt[s], tables.alt[s])
+            ):
+                programs[name] = previous[1][name]
+                installed = (previous_weights or {}).get(name) or mine  # what that program was compiled with
+                if installed:
+                    assignments[name] = dict(installed)
+                    keys[name] = (previous_keys or {}).get(name, {})
+                continue
+            patched = _patch_switch(tables, old, s, previous[1][name], present, ep_target, options, cookie)
+            if patched is not None:
+                programs[name] = patched
+                continue
+        shift = slot_shift(int(levels[s])) if levels is not None else 0
+        programs[name], used, slot_keys = _compile_switch(
+            tables, s, name, dpids[name], present, ep_target, options, cookie, shift, mine
+        )
+        if used:
+            assignments[name] = used
+            keys[name] = slot_keys
+    return programs, assignments, keys
+
+
+def _skewed(sets: Mapping[tuple[int, ...], Assignment]) -> dict[tuple[int, ...], Assignment]:
+    """The sets whose assignment is not the even one (what makes two programs differ)."""
+    return {ports: a for ports, a in sets.items() if a != even_assignment(ports)}
+
+
+def switch_levels(subnet: Subnet) -> npt.NDArray[np.int64]:
+    """Hops from each switch to the nearest switch with hosts (leaves 0, aggregation 1, ...): which window
+    of the source port the switch's slot table reads."""
+    n = subnet.n_switches
+    level = np.where(subnet.has_hosts, 0, -1).astype(np.int64)
+    frontier: npt.NDArray[np.intp] = np.flatnonzero(subnet.has_hosts)
+    depth = 0
+    while frontier.size:
+        depth += 1
+        nbrs = subnet.nbr[frontier]
+        nxt = np.unique(nbrs[nbrs >= 0]).astype(np.intp)
+        nxt = nxt[level[nxt] < 0]
+        level[nxt] = depth
+        frontier = nxt
+    level[level < 0] = 0  # switches no host reaches: never on a path
+    assert level.shape == (n,)
+    return level
+
+
+def _same_shape(old: RoutingTables, new: RoutingTables) -> bool:
+    a, b = old.subnet, new.subnet
+    return (
+        a.switch_names == b.switch_names
+        and old.lft.shape == new.lft.shape
+        and old.alt.shape == new.alt.shape
+        and np.array_equal(a.ep_lids, b.ep_lids)
+        and np.array_equal(a.ep_switch, b.ep_switch)
+    )
+
+
+def failover_ports(first: int, ports: tuple[int, ...]) -> tuple[int, ...]:
+    """Buckets of a fast-failover group led by `first`: then the set's other ports in rotation after it, so
+    the slots of different dead ports fall back to different neighbours."""
+    if first not in ports:
+        return (first, *ports)
+    i = ports.index(first)
+    return ports[i:] + ports[:i]
+
+
+def slot_match(set_id: int, slot: int, shift: int) -> Match:
+    mask = (SLOTS - 1) << shift
+    return match(
+        metadata=set_id,
+        eth_type=ETH_TYPE_IPV4,
+        ip_proto=IP_PROTO_UDP,
+        udp_src=(slot << shift) & mask,
+        udp_src_mask=mask,
+    )
+
+
+class _Builder:
+    """One switch's program under construction: flows, groups, sets."""
+
+    def __init__(self, options: ForwardingOptions, cookie: int, shift: int,
+                 weights: Mapping[tuple[int, ...], Assignment], ids: _GroupIds | None = None,
+                 control: bool = True) -> None:  # fmt: skip
+        self.options, self.cookie, self.shift, self.weights = options, cookie, shift, weights
+        self.flows = control_flows(cookie) if control else []
+        self.groups: dict[int, GroupIntent] = {}
+        self.ids = ids if ids is not None else _GroupIds()
+        self.sets: dict[tuple[int, ...], int] = {}
+        self.used: dict[tuple[int, ...], Assignment] = {}
+        #: Each set's slot flows, in slot order (their byte counters are adaptive routing's per-slot load).
+        self.slot_keys: dict[tuple[int, ...], tuple[FlowKey, ...]] = {}
+
+    def group(self, kind: GroupKind, ports: tuple[int, ...]) -> Action:
+        gid = self.ids.get(kind, ports)
+        self.groups[gid] = GroupIntent(gid, kind, ports)
+        return ("group", gid)
+
+    def to_port(self, port: int, ports: tuple[int, ...]) -> Action:
+        """Out of `port`, through a fast-failover group over `ports` when failover is on."""
+        if self.options.fast_failover and len(ports) > 1:
+            return self.group(GroupKind.FAST_FAILOVER, failover_ports(port, ports))
+        return ("output", port)
+
+    def static(self, port: int, alternatives: tuple[int, ...]) -> Action:
+        """The LFT's port: a fast-failover group leading with it, then the sorted alternatives."""
+        if self.options.fast_failover and len(alternatives) > 1:
+            others = sorted(p for p in alternatives if p != port)
+            return self.group(GroupKind.FAST_FAILOVER, (port, *others))
+        return ("output", port)
+
+    def slot_set(self, ports: tuple[int, ...]) -> int:
+        """The set's id, compiling its slot table the first time (table 1)."""
+        set_id = self.sets.get(ports)
+        if set_id is not None:
+            return set_id
+        set_id = self.ids.get(GroupKind.PORT_SET, ports)
+        self.sets[ports] = set_id
+        assignment = self.weights.get(ports)
+        if assignment is None or len(assignment) != SLOTS or not set(assignment) <= set(ports):
+            assignment = even_assignment(ports)
+        self.used[ports] = assignment
+        keys = []
+        for slot, port in enumerate(assignment):
+            action = self.to_port(port, ports)
+            flow = FlowIntent(SLOT_TABLE, PRIORITY_SLOT, slot_match(set_id, slot, self.shift), (action,),
+                              self.cookie)  # fmt: skip
+            self.flows.append(flow)
+            keys.append(flow.key)
+        self.slot_keys[ports] = tuple(keys)
+        fallback = self.group(GroupKind.SELECT, ports)
+        self.flows.append(
+            FlowIntent(SLOT_TABLE, PRIORITY_SET_FALLBACK, match(metadata=set_id), (fallback,), self.cookie)
+        )
+        return set_id
+
+    def multipath(self, ports: tuple[int, ...]) -> tuple[Action, ...]:
+        return (("metadata", self.slot_set(ports)), ("goto", SLOT_TABLE))
+
+
+def _compile_switch(
+    tables: RoutingTables,
+    s: int,
+    name: str,
+    dpid: int,
+    present: list[tuple[HostAddress, int]],
+    ep_target: list[int],
+    options: ForwardingOptions,
+    cookie: int,
+    shift: int = 0,
+    weights: Mapping[tuple[int, ...], Assignment] | None = None,
+) -> tuple[SwitchProgram, dict[tuple[int, ...], Assignment], dict[tuple[int, ...], tuple[FlowKey, ...]]]:
+    build = _Builder(options, cookie, shift, weights or {})
+    _address_flows(build, tables, s, present, ep_target)
+    program = SwitchProgram.of(name, dpid, build.flows, build.groups.values())
+    return program, build.used, build.slot_keys
+
+
+def _address_flows(
+    build: _Builder,
+    tables: RoutingTables,
+    s: int,
+    entries: list[tuple[HostAddress, int]],
+    ep_target: list[int],
+) -> None:
+    """The forwarding flows of switch `s` for the host addresses `entries` (and the groups and slot tables
+    they use), into `build`."""
+    options, cookie = build.options, build.cookie
+    n_ports = tables.subnet.n_ports
+    row = tables.lft[s].tolist()
+    alt_rows: list[list[int]] | None = None
+    fabric_multipath = options.multipath
+    overrides = [(dscp, policy != "static") for dscp, policy in options.classes]
+    overrides = [(dscp, mp) for dscp, mp in overrides if mp != fabric_multipath]
+    use_alternatives = options.slot_tables or options.fast_failover
+    actions: dict[tuple[int, int], tuple[tuple[Action, ...], tuple[tuple[int, tuple[Action, ...]], ...]]] = {}
+    alternatives_of: dict[int, tuple[int, ...]] = {}  # they depend on the target switch only
+    for address, ep in entries:
+        port = row[address.lid]
+        if port in (NO_PORT, 0):
+            continue
+        target = ep_target[ep]
+        found = actions.get((port, target))
+        if found is None:
+            main: tuple[Action, ...] = (("output", port),)
+            per_class: tuple[tuple[int, tuple[Action, ...]], ...] = ()
+            if target != s and use_alternatives:
+                alternatives = alternatives_of.get(target)
+                if alternatives is None:
+                    if alt_rows is None:
+                        alt_rows = np.unpackbits(tables.alt[s], axis=1, count=n_ports).tolist()
+                    alternatives = tuple(p for p, bit in enumerate(alt_rows[target]) if bit)
+                    alternatives_of[target] = alternatives
+                if len(alternatives) > 1:
+                    static = (build.static(port, alternatives),)
+                    spread = build.multipath(alternatives) if options.slot_tables else static
+                    main = spread if fabric_multipath else static
+                    per_class = tuple((dscp, spread if mp else static) for dscp, mp in overrides)
+            found = actions[(port, target)] = (main, per_class)
+        main, per_class = found
+        flows = build.flows
+        flows.append(FlowIntent(0, PRIORITY_ROUTE, (("eth_dst", address.mac),), main, cookie))
+        for dscp, class_actions in per_class:
+            key = match(eth_dst=address.mac, eth_type=ETH_TYPE_IPV4, ip_dscp=dscp)
+            flows.append(FlowIntent(0, PRIORITY_CLASS, key, class_actions, cookie))
+
+
+#: A changed switch is patched (only its changed destinations compiled again) while at most this share of
+#: its destinations changed; above it, compiling it whole is as cheap.
+PATCH_MAX_SHARE = 0.25
+
+
+def _patch_switch(
+    tables: RoutingTables,
+    old: RoutingTables,
+    s: int,
+    program: SwitchProgram,
+    present: list[tuple[HostAddress, int]],
+    ep_target: list[int],
+    options: ForwardingOptions,
+    cookie: int,
+) -> SwitchProgram | None:
+    """`program` (compiled from `old`) with only the destinations whose entry or whose target's
+    alternatives changed in `tables` compiled again, or None when a whole compile is due (slot tables,
+    or most of the switch changed).  The result forwards exactly as a whole compile would (group ids
+    are content-addressed; the new ones probe past the ids the program holds), while its unchanged
+    entries keep the cookie that wrote them — which is what the switch holds.
+
+    At k=16 a cable cut changes a few entries on each of ~150 switches; compiling those switches whole
+    was 80 % of the reroute's computation (2.7 s of 3.4 s)."""
+    if options.slot_tables:
+        return None
+    moved = set(np.flatnonzero(tables.lft[s] != old.lft[s]).tolist())
+    targets = set(np.flatnonzero(np.any(tables.alt[s] != old.alt[s], axis=1)).tolist())
+    todo = [(a, ep) for a, ep in present if a.lid in moved or ep_target[ep] in targets]
+    if len(todo) > PATCH_MAX_SHARE * max(1, len(present)):
+        return None
+    ids = _GroupIds({(g.kind, g.ports): gid for gid, g in program.groups.items()}, set(program.groups))
+    build = _Builder(options, cookie, 0, {}, ids=ids, control=False)
+    _address_flows(build, tables, s, todo, ep_target)
+    stale: set[FlowKey] = set()
+    for address, _ in todo:
+        stale.add((0, PRIORITY_ROUTE, (("eth_dst", address.mac),)))
+        for dscp, _policy in options.classes:
+            stale.add((0, PRIORITY_CLASS, match(eth_dst=address.mac, eth_type=ETH_TYPE_IPV4, ip_dscp=dscp)))
+    flows = {key: f for key, f in program.flows.items() if key not in stale}
+    flows.update((f.key, f) for f in build.flows)
+    used = {a[1] for f in flows.values() for a in f.actions if a[0] == "group"}
+    groups = {gid: g for gid, g in {**program.groups, **build.groups}.items() if gid in used}
+    return SwitchProgram(program.switch, program.dpid, flows, groups)
+
+
+__all__ = [
+    "PATCH_MAX_SHARE",
+    "SlotKeys",
+    "Weights",
+    "compile_programs",
+    "failover_ports",
+    "slot_match",
+    "switch_levels",
+]
