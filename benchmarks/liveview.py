@@ -79,12 +79,15 @@ def run(k: int, n: int, seed: int) -> dict[str, Any]:
         message, _ = live.message(frame, cursor=state.records[-1].id, util_sent=None)
         frame_ms.append((time.perf_counter() - start) * 1000)
         frame_bytes.append(len(message))
-    registry, _ = controller_registry(lambda: current["pub"], layout)
-    scrape_ms, scrape_bytes = [], 0
+    registry, _, detailed = controller_registry(lambda: current["pub"], layout)
+    scrape_ms, scrape_bytes, detail_ms, detail_bytes = [], 0, [], 0
     for _ in range(n):
         start = time.perf_counter()
         scrape_bytes = len(generate_latest(registry))
         scrape_ms.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        detail_bytes = len(generate_latest(detailed))
+        detail_ms.append((time.perf_counter() - start) * 1000)
     return {
         "fabric": fabric.summary(),
         "nodes": len(fabric.nodes),
@@ -95,6 +98,8 @@ def run(k: int, n: int, seed: int) -> dict[str, Any]:
         "frame_build_ms": _pcts(frame_ms),
         "metrics_bytes": scrape_bytes,
         "metrics_scrape_ms": _pcts(scrape_ms),
+        "metrics_detail_ports_bytes": detail_bytes,
+        "metrics_detail_ports_scrape_ms": _pcts(detail_ms),
         "frames_per_second_max": round(1 / live.options.frame_interval_s, 2),
     }
 

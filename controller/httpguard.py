@@ -296,9 +296,11 @@ def install(
     hosts: frozenset[str] | None,
     max_body_bytes: int = MAX_BODY_BYTES,
     registry: CollectorRegistry | None = None,
+    detailed: CollectorRegistry | None = None,
 ) -> None:
     """Error handlers, the guard and local API docs on `app` (created with `docs_url=None`); with a
-    `registry`, request latency goes into it and `GET /metrics` serves it."""
+    `registry`, request latency goes into it and `GET /metrics` serves it (and `GET /metrics?detail=ports`
+    serves `detailed`, when given: the large per-entity view, asked for explicitly)."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -328,13 +330,18 @@ def install(
     app.add_middleware(Guard, hosts=hosts, max_body_bytes=max_body_bytes, metrics=metrics)
     _local_docs(app)
     if registry is not None:
-        _metrics_endpoint(app, registry)
+        _metrics_endpoint(app, registry, detailed)
 
 
-def _metrics_endpoint(app: FastAPI, registry: CollectorRegistry) -> None:
+def _metrics_endpoint(app: FastAPI, registry: CollectorRegistry, detailed: CollectorRegistry | None) -> None:
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:  # a plain def: runs on the thread pool (a large fabric takes a while)
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    def metrics(detail: str | None = None) -> Response:  # a plain def: runs on the thread pool
+        if detail is None:
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        if detail != "ports" or detailed is None:
+            choices = "'ports'" if detailed is not None else "none here"
+            raise ApiError(422, f"detail: expected {choices}, got {_short(detail, 40)!r}", "detail")
+        return Response(generate_latest(detailed), media_type=CONTENT_TYPE_LATEST)
 
 
 def allow_page_origins(app: FastAPI, origins: Iterable[str]) -> None:

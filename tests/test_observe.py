@@ -178,7 +178,9 @@ def test_metrics_endpoint_follows_the_published_state(rig: Rig) -> None:
     link = rig.service.context.declared.links[index]
     rig.cut(index)
     after = parse_metrics(rig.client.get("/metrics").text)
-    assert total(after, "fabriclab_link_up", link=link_key(link)) == 0
+    detail = parse_metrics(rig.client.get("/metrics?detail=ports").text)
+    assert total(detail, "fabriclab_link_up", link=link_key(link)) == 0
+    assert total(after, "fabriclab_link_up") == total(before, "fabriclab_link_up") - 1  # counted per tier
     assert total(after, "fabriclab_events_total", kind="port_down") == 1
     assert total(after, "fabriclab_failover_duration_seconds_count") == 1
     assert total(after, "fabriclab_flow_mods_sent_total") > total(before, "fabriclab_flow_mods_sent_total")
@@ -316,3 +318,50 @@ def test_emulator_metrics_read_interfaces_and_export_headroom() -> None:
     collector.add_headroom(lambda: [HeadroomReading("max_pps", "a second source of the same name", 1.0)])
     again = parse_metrics(generate_latest(registry).decode())
     assert total(again, "fabriclab_emulator_headroom_max_pps") == 12345.0  # the first source wins
+
+
+def test_metrics_are_per_tier_by_default_and_per_port_on_request_k16() -> None:
+    """At k=16 (5,120 switch ports, 3,072 links) a series per port and link was 4.4 MB a scrape: the default
+    sums the port counters and counts the links up per tier, with the same family names; the per-entity
+    series are one query away, and their sums are the default's."""
+    import time as clock
+
+    from prometheus_client import generate_latest
+
+    from controller.core.events import Start
+    from controller.core.fabric import FabricCore
+    from controller.observe.metrics import controller_registry
+    from controller.published import Published
+    from controller.sm.manager import SubnetContext
+
+    fabric = fat_tree(16)
+    context = SubnetContext.build(fabric)
+    core = FabricCore(context)
+    state = core.handle(core.initial_state(), clock.time(), Start()).state
+    ports = [(r.node, r.port) for r in fabric.port_map if fabric.nodes[r.node].is_switch]
+
+    def stats(at: float, scale: int) -> PortStats:
+        return PortStats(at, {p: _counters(scale * (i + 1), scale * (i + 2)) for i, p in enumerate(ports)})
+
+    pub = Published(context, state, stats(1.0, 1000), 0.0, 1.0, stats(0.0, 10))
+    registry, _, detailed = controller_registry(lambda: pub, Layout(fabric))
+    default_text, detail_text = generate_latest(registry), generate_latest(detailed)
+    assert len(default_text) < 600_000 < len(detail_text)
+    default, detail = parse_metrics(default_text.decode()), parse_metrics(detail_text.decode())
+    family = "fabriclab_port_transmit_bytes_total"
+    assert {dict(lbl).get("switch") for n, lbl in default if n == family} == {None}  # no per-port series
+    assert len({lbl for n, lbl in detail if n == family}) == len(ports) == 5120
+    for tier in ("leaf", "aggregation", "core"):
+        assert total(default, family, tier=tier) == total(detail, family, tier=tier) > 0
+    for tier in ("leaf-aggregation", "aggregation-core"):  # links between switches (host links: no stats)
+        assert total(default, "fabriclab_link_up", tier=tier) == total(detail, "fabriclab_link_up", tier=tier)
+        hottest = max(v for (n, lbl), v in detail.items()
+                      if n == "fabriclab_link_utilisation_ratio" and ("tier", tier) in lbl)  # fmt: skip
+        assert total(default, "fabriclab_link_utilisation_ratio", tier=tier) == hottest
+    assert total(default, "fabriclab_link_up") == len(fabric.links)
+
+
+def test_metrics_detail_must_be_ports(rig: Rig) -> None:
+    answer = rig.client.get("/metrics?detail=everything")
+    assert answer.status_code == 422 and answer.json()["field"] == "detail"
+    assert rig.client.get("/metrics?detail=ports").status_code == 200

@@ -47,9 +47,11 @@ class Live:
     emu: tuple[str, int]
     ip_of: dict[str, str]
 
-    def metrics(self, where: str = "controller") -> Samples:
+    def metrics(self, where: str = "controller", detail: bool = False) -> Samples:
+        """`detail`: the controller's series per switch port and link (`/metrics?detail=ports`)."""
         host, port = (self.ctl.host, self.ctl.api_port) if where == "controller" else self.emu
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30) as response:
+        query = "?detail=ports" if detail else ""
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics{query}", timeout=30) as response:
             assert response.headers["Content-Type"].startswith("text/plain")
             return parse_metrics(response.read().decode())
 
@@ -140,7 +142,7 @@ def test_metrics_of_controller_and_emulator_move_under_traffic_and_faults(live: 
     # Port counters arrive with the stats poller's first round, which runs after the switches are ready:
     # on a loaded machine that round can end after this test starts, so wait for it (bounded).
     deadline = time.monotonic() + 30
-    while _port_series(live.metrics()) < 80 and time.monotonic() < deadline:
+    while _port_series(live.metrics(detail=True)) < 80 and time.monotonic() < deadline:
         time.sleep(0.5)
     before, emu_before = live.metrics(), live.metrics("emulator")
     assert total(before, "fabriclab_switches_connected") == 20
@@ -191,7 +193,7 @@ def test_metrics_of_controller_and_emulator_move_under_traffic_and_faults(live: 
         link = next(f"{k.a}-{k.b}" for k in live.fabric.links if "leaf1:3" in (str(k.a), str(k.b)))
 
         def rerouted() -> Samples | None:
-            samples = live.metrics()
+            samples = live.metrics(detail=True)
             return (
                 samples
                 if total(samples, "fabriclab_events_total", kind="port_down")

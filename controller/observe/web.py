@@ -53,6 +53,8 @@ class Observability:
     follower: RecordFollower
     live: LiveView
     snapshot: Callable[[], Published] = field(repr=False)
+    #: What `/metrics?detail=ports` serves: per switch port and link.
+    detailed: CollectorRegistry | None = None
 
     @classmethod
     def for_service(
@@ -64,9 +66,9 @@ class Observability:
     ) -> Observability:
         layout = Layout(snapshot().context.declared)
         factor = capacity_factor(scale)
-        registry, follower = controller_registry(snapshot, layout, factor)
+        registry, follower, detailed = controller_registry(snapshot, layout, factor)
         live = LiveView(snapshot, layout, factor, options, token_required)
-        return cls(layout, registry, follower, live, snapshot)
+        return cls(layout, registry, follower, live, snapshot, detailed)
 
     def observer(self, interval_s: float = 0.5) -> Observer:
         return Observer(self.snapshot, self.follower, interval_s)

@@ -61,7 +61,7 @@ def create_app(
         docs_url=None,
     )
     obs = observability or Observability.for_service(service.snapshot, token_required=token is not None)
-    install(app, hosts, registry=obs.registry)
+    install(app, hosts, registry=obs.registry, detailed=obs.detailed)
     mount(app, obs)
     mutation = [Depends(require_token_dependency(token))]
     dry_runs = threading.BoundedSemaphore(MAX_CONCURRENT_DRY_RUNS)
