@@ -77,7 +77,10 @@ class _Listener:
     def arp_request(self, *args: Any) -> None:
         return None
 
-    def flow_removed(self, *args: Any) -> None: ...
+    removed = 0
+
+    def flow_removed(self, *args: Any) -> None:
+        self.removed += 1
 
 
 def flow_rate(n_flows: int, n_baseline: int) -> dict[str, Any]:
@@ -115,8 +118,19 @@ def flow_rate(n_flows: int, n_baseline: int) -> dict[str, Any]:
         assert not problems, problems
         installed = _count_flows(bridge)
         start = time.perf_counter()
-        app.push({dpid: SwitchDelta("b", dpid, delete_flows=tuple(batch))}, "break", timeout_s=120)
+        problems = app.push({dpid: SwitchDelta("b", dpid, delete_flows=tuple(batch))}, "break", timeout_s=120)
         delete_s = time.perf_counter() - start
+        assert not problems, problems
+        assert _count_flows(bridge) == 0
+        # our deletes are not reported back (muted around them); one behind our back still is
+        time.sleep(0.5)
+        removed_by_ours = listener.removed
+        app.push({dpid: SwitchDelta("b", dpid, add_flows=tuple(batch[:1]))}, "make", timeout_s=30)
+        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", bridge], check=True)
+        deadline = time.monotonic() + 5
+        while listener.removed == removed_by_ours and time.monotonic() < deadline:
+            time.sleep(0.01)
+        external_reported = listener.removed - removed_by_ours
         slow = flows(n_flows, 1 << 21)
         dp = app._dp(dpid)
         start = time.perf_counter()
@@ -136,6 +150,8 @@ def flow_rate(n_flows: int, n_baseline: int) -> dict[str, Any]:
             "batched_barrier_s": round(ours_s, 3),
             "flow_mods_per_s": round(n_flows / ours_s),
             "deletes_per_s": round(n_flows / delete_s),
+            "flow_removed_after_our_deletes": removed_by_ours,
+            "flow_removed_after_external_delete": external_reported,
             "baseline_barrier_per_flow": {"flows": n_baseline, "flow_mods_per_s": round(n_baseline / base_s)},
             "ratio_vs_baseline": round((n_flows / ours_s) / (n_baseline / base_s), 1),
             "osken_serializer_one_barrier": {"flows": n_flows, "flow_mods_per_s": round(n_flows / osken_s)},

@@ -110,6 +110,8 @@ class FakeSwitch:
     messages: int = 0
     #: Packets each flow matched (the flow counters partition drops are counted with).
     packets: dict[FlowKey, int] = field(default_factory=dict)
+    #: The last asynchronous configuration set (packet-in, port-status, flow-removed masks), if any.
+    async_config: tuple[tuple[int, ...], ...] | None = None
     #: Flows by (table, indexed field, value): lookups check a handful of candidates, not every flow.
     _index: dict[tuple[int, str, int], list[FlowIntent]] | None = field(default=None, repr=False)
 
@@ -175,6 +177,11 @@ class FakeSwitch:
                     raise OpenFlowError(f"{self.name}: group-mod command {command} not expected")
             elif msg_type == ofp.OFPT_BARRIER_REQUEST:
                 barriers += 1
+            elif msg_type == ofp.OFPT_SET_ASYNC:
+                if length != 32:
+                    raise OpenFlowError(f"{self.name}: set-async of {length} bytes (OFPBRC_BAD_LEN)")
+                masks = struct.unpack("!6I", message[8:32])
+                self.async_config = (masks[0:2], masks[2:4], masks[4:6])
             else:
                 raise OpenFlowError(f"{self.name}: message type {msg_type} not expected in an update")
         return barriers

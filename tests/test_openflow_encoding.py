@@ -139,3 +139,33 @@ def test_written_flows_and_groups_read_back_as_the_same_intents() -> None:
         mod = openflow.group_mod(dp, group, ofp.OFPGC_ADD)
         desc = parser.OFPGroupDescStats(type_=mod.type, group_id=mod.group_id, buckets=mod.buckets)
         assert openflow.group_from_desc(desc) == group
+
+
+def test_our_deletes_go_between_a_muting_and_a_restoring_async_config() -> None:
+    """The break phase mutes flow-removed messages for deletes, deletes, restores (in that order: the switch
+    applies messages in order), and deletes groups after flows.  The masks are the spec's defaults less
+    one bit, as a fake switch decodes them from the bytes."""
+    from controller.sm.intents import SwitchDelta
+    from tests.fakes import FakeSwitch
+
+    dp = FakeDatapath()
+    delta = SwitchDelta("s", 1, delete_flows=tuple(FLOWS[:3]), delete_groups=(77,))
+    messages = openflow.break_messages(dp, delta)
+    kinds = [type(m).__name__ for m in messages]
+    assert kinds[0] == kinds[-2] == "OFPSetAsync" and kinds[-1] == "OFPGroupMod"
+    quiet, restore = messages[0], messages[-2]
+    assert quiet.flow_removed_mask[0] == restore.flow_removed_mask[0] & ~(1 << ofp.OFPRR_DELETE)
+    assert restore.flow_removed_mask[0] & (1 << ofp.OFPRR_GROUP_DELETE)
+    switch = FakeSwitch("s", flows={f.key: f for f in FLOWS[:3]})
+    switch.groups[77] = GroupIntent(77, GroupKind.SELECT, (1, 2))
+    buf, _ = openflow.serialize(dp, messages)
+    switch.receive(buf)
+    assert switch.flows == {} and switch.groups == {}
+    assert switch.async_config == (
+        openflow.PACKET_IN_MASK,
+        openflow.PORT_STATUS_MASK,
+        openflow.FLOW_REMOVED_ALL,
+    )  # restored
+    assert openflow.break_messages(dp, SwitchDelta("s", 1, delete_groups=(5,)))[0].__class__.__name__ == (
+        "OFPGroupMod"
+    )  # nothing to mute without flow deletes
