@@ -39,6 +39,13 @@ def _walk(fabric: Fabric, options: ForwardingOptions, seed: int, steps: int) -> 
     context = SubnetContext.build(fabric)
     rnd = random.Random(seed)
     links = _switch_links(fabric)
+    hosted = {end.node for lk in fabric.links for end in (lk.a, lk.b) if fabric.nodes[end.node].is_host}
+    hosted = {
+        lk.b.node if lk.a.node in hosted else lk.a.node
+        for lk in fabric.links
+        if hosted & {lk.a.node, lk.b.node}
+    }
+    spines = sorted(s.name for s in fabric.switches if s.name not in hosted)  # switches without hosts
     down: dict[PortRef, float] = {}
     previous: Computation = context.compute("ftree", options, down, 1)
     calls: list[bool] = []
@@ -53,7 +60,19 @@ def _walk(fabric: Fabric, options: ForwardingOptions, seed: int, steps: int) -> 
     try:
         for step in range(steps):
             cut = [i for i in links if fabric.links[i].a in down]
-            if cut and rnd.random() < 0.4:
+            if rnd.random() < 0.25:  # a whole switch lost, or back (its links all down or all up)
+                name = rnd.choice(spines)
+                theirs = [
+                    fabric.links[i] for i in links if name in (fabric.links[i].a.node, fabric.links[i].b.node)
+                ]
+                if any(lk.a in down for lk in theirs):
+                    for lk in theirs:
+                        down.pop(lk.a, None)
+                        down.pop(lk.b, None)
+                else:
+                    for lk in theirs:
+                        down[lk.a] = down[lk.b] = float(step)
+            elif cut and rnd.random() < 0.4:
                 link = fabric.links[rnd.choice(cut)]
                 down.pop(link.a)
                 down.pop(link.b)

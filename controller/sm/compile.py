@@ -88,7 +88,7 @@ def compile_programs(
     ep_of_lid = {int(lid): i for i, lid in enumerate(subnet.ep_lids)}
     present = [(a, ep_of_lid[a.lid]) for a in addresses if a.lid in ep_of_lid]
     ep_target = subnet.ep_switch.tolist()
-    reusable = previous is not None and _same_shape(previous[0], tables)
+    align = _align(previous[0], tables) if previous is not None else None
     levels = switch_levels(subnet) if options.slot_tables else None
     weights = weights or {}
     programs: dict[str, SwitchProgram] = {}
@@ -96,21 +96,19 @@ def compile_programs(
     keys: SlotKeys = {}
     for s, name in enumerate(subnet.switch_names):
         mine = weights.get(name, {})
-        if reusable and previous is not None and name in previous[1]:
+        o = align.old_index.get(name) if align is not None else None
+        if align is not None and o is not None and previous is not None and name in previous[1]:
             old = previous[0]
             same_weights = _skewed((previous_weights or {}).get(name, {})) == _skewed(mine)
-            if (
-                same_weights
-                and np.array_equal(old.lft[s], tables.lft[s])
-                and np.array_equal(old.alt[s], tables.alt[s])
-            ):
+            if same_weights and np.array_equal(old.lft[o], tables.lft[s]) and not align.targets(s, o).size:
                 programs[name] = previous[1][name]
                 installed = (previous_weights or {}).get(name) or mine  # what that program was compiled with
                 if installed:
                     assignments[name] = dict(installed)
                     keys[name] = (previous_keys or {}).get(name, {})
                 continue
-            patched = _patch_switch(tables, old, s, previous[1][name], present, ep_target, options, cookie)
+            patched = _patch_switch(tables, old, s, o, align, previous[1][name], present, ep_target, options,
+                                    cookie)  # fmt: skip
             if patched is not None:
                 programs[name] = patched
                 continue
@@ -148,15 +146,42 @@ def switch_levels(subnet: Subnet) -> npt.NDArray[np.int64]:
     return level
 
 
-def _same_shape(old: RoutingTables, new: RoutingTables) -> bool:
+@dataclass(frozen=True)
+class _Alignment:
+    """How the switches of the previous tables line up with the new ones (by name: a lost or returning
+    switch shifts the indices), and the switches with hosts — the only targets whose alternatives a
+    program uses — in both numberings."""
+
+    old: RoutingTables
+    new: RoutingTables
+    old_index: Mapping[str, int]
+    new_targets: npt.NDArray[np.intp]
+    old_targets: npt.NDArray[np.intp]
+
+    def targets(self, s: int, o: int) -> npt.NDArray[np.intp]:
+        """The host switches (new indices) toward which switch `s` (`o` before) has other alternatives."""
+        changed = np.any(self.old.alt[o, self.old_targets] != self.new.alt[s, self.new_targets], axis=1)
+        return self.new_targets[changed]
+
+
+def _align(old: RoutingTables, new: RoutingTables) -> _Alignment | None:
+    """None when the two do not describe the same destinations on the same switches with hosts (then
+    every switch is compiled whole)."""
     a, b = old.subnet, new.subnet
-    return (
-        a.switch_names == b.switch_names
-        and old.lft.shape == new.lft.shape
-        and old.alt.shape == new.alt.shape
-        and np.array_equal(a.ep_lids, b.ep_lids)
-        and np.array_equal(a.ep_switch, b.ep_switch)
-    )
+    if old.lft.shape[1] != new.lft.shape[1] or old.alt.shape[2] != new.alt.shape[2]:
+        return None
+    if not np.array_equal(a.ep_lids, b.ep_lids):
+        return None
+    old_index = {name: i for i, name in enumerate(a.switch_names)}
+    new_targets = np.unique(b.ep_switch).astype(np.intp)
+    try:
+        old_targets = np.array([old_index[b.switch_names[t]] for t in new_targets.tolist()], dtype=np.intp)
+    except KeyError:  # a switch with hosts came back
+        return None
+    old_names, new_names = a.switch_names, b.switch_names
+    if [old_names[x] for x in a.ep_switch.tolist()] != [new_names[x] for x in b.ep_switch.tolist()]:
+        return None  # a host moved to another switch
+    return _Alignment(old, new, old_index, new_targets, old_targets)
 
 
 def failover_ports(first: int, ports: tuple[int, ...]) -> tuple[int, ...]:
@@ -317,24 +342,26 @@ def _patch_switch(
     tables: RoutingTables,
     old: RoutingTables,
     s: int,
+    o: int,
+    align: _Alignment,
     program: SwitchProgram,
     present: list[tuple[HostAddress, int]],
     ep_target: list[int],
     options: ForwardingOptions,
     cookie: int,
 ) -> SwitchProgram | None:
-    """`program` (compiled from `old`) with only the destinations whose entry or whose target's
-    alternatives changed in `tables` compiled again, or None when a whole compile is due (slot tables,
-    or most of the switch changed).  The result forwards exactly as a whole compile would (group ids
-    are content-addressed; the new ones probe past the ids the program holds), while its unchanged
-    entries keep the cookie that wrote them — which is what the switch holds.
+    """`program` (compiled from `old`, where the switch was number `o`) with only the destinations whose
+    entry or whose target's alternatives changed in `tables` compiled again, or None when a whole compile
+    is due (slot tables, or most of the switch changed).  The result forwards exactly as a whole compile
+    would (group ids are content-addressed; the new ones probe past the ids the program holds), while its
+    unchanged entries keep the cookie that wrote them — which is what the switch holds.
 
     At k=16 a cable cut changes a few entries on each of ~150 switches; compiling those switches whole
     was 80 % of the reroute's computation (2.7 s of 3.4 s)."""
     if options.slot_tables:
         return None
-    moved = set(np.flatnonzero(tables.lft[s] != old.lft[s]).tolist())
-    targets = set(np.flatnonzero(np.any(tables.alt[s] != old.alt[s], axis=1)).tolist())
+    moved = set(np.flatnonzero(tables.lft[s] != old.lft[o]).tolist())
+    targets = set(align.targets(s, o).tolist())
     todo = [(a, ep) for a, ep in present if a.lid in moved or ep_target[ep] in targets]
     if len(todo) > PATCH_MAX_SHARE * max(1, len(present)):
         return None

@@ -1,0 +1,173 @@
+"""Reroute latency of the controller's own code at k=8 and k=16, on fake switches that decode the real
+OpenFlow bytes (`tests.fakes`): detection -> tables installed on every affected switch (the make phase
+confirmed), for switch-to-switch cable cuts, their restores, and whole switch losses; and how many
+flow-mods each sent beside a full reinstall of the fabric.
+
+No Open vSwitch: `installed_ms` is the controller's computation, rollout diff and OpenFlow encoding plus
+the fakes' decoding of every message with os-ken's parser (~70 us each), on one core;
+`installed_ms_less_fake_decoding` leaves the decoding out — the controller's own share.  A real fabric
+adds the switches' own time instead (`flow_rate` of `benchmarks.controlplane`: ~130,000 flow-mods/s per
+switch, in parallel across switches).
+
+    python -m benchmarks.reroute_fakes --out benchmarks/results/reroute-fakes.json [--ks 8,16] [--n 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import time
+from typing import Any
+
+from benchmarks.out import emit, out_file
+from controller.core.events import Event, Phase, PortChange, PortsChanged, Push
+from tests import fakes
+from tests.core_driver import CoreDriver
+from topologies.generators import fat_tree
+from topologies.model import Fabric, Link
+
+
+class _Timed(CoreDriver):
+    """The driver, noting when each rollout's make phase was confirmed (wall clock) and how long the fake
+    switches spent decoding and applying (os-ken's parser: ~70 us a flow-mod, a cost of the test bench,
+    not of the controller)."""
+
+    made_at: float | None = None
+    made_decoding_s = 0.0
+
+    def push(self, command: Push) -> Event:
+        outcome = super().push(command)
+        if command.phase is Phase.MAKE and self.made_at is None:
+            self.made_at = time.perf_counter()
+            self.made_decoding_s = _decoding[0]
+        return outcome
+
+
+_decoding = [0.0]
+_receive = fakes.FakeSwitch.receive
+
+
+def _timed_receive(self: fakes.FakeSwitch, data: bytes) -> int:
+    started = time.perf_counter()
+    try:
+        return _receive(self, data)
+    finally:
+        _decoding[0] += time.perf_counter() - started
+
+
+fakes.FakeSwitch.receive = _timed_receive  # type: ignore[method-assign]
+
+
+def _pcts(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "p50": round(statistics.median(ordered), 1),
+        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
+        "max": round(ordered[-1], 1),
+    }
+
+
+def _changes(driver: CoreDriver, links: list[Link], live: bool, at: float) -> PortsChanged:
+    dpids = driver.sb.dpids
+    ends = [end for link in links for end in (link.a, link.b) if end.node in dpids]
+    return PortsChanged(tuple(PortChange(dpids[e.node], e.port, live, at) for e in ends))
+
+
+def _feed(driver: _Timed, event: PortsChanged, at: float) -> tuple[float, float, int, int]:
+    """(ms until the make phase was confirmed; the same less the fakes' decoding: the controller's share;
+    flow-mods sent; switches updated)."""
+    driver.made_at = None
+    _decoding[0] = 0.0
+    driver.made_decoding_s = 0.0
+    started = time.perf_counter()
+    steps = driver.feed(event, now=at)
+    made = driver.made_at if driver.made_at is not None else time.perf_counter()
+    if driver.made_at is None:
+        driver.made_decoding_s = _decoding[0]
+    records = [r for s in steps for r in s.records if r.kind in ("port_down", "port_up")]
+    wall_ms = (made - started) * 1000
+    return (
+        wall_ms,
+        wall_ms - driver.made_decoding_s * 1000,
+        sum(r.flow_mods or 0 for r in records),
+        max((r.switches_updated or 0 for r in records), default=0),
+    )
+
+
+def run(k: int, n: int, seed: int) -> dict[str, Any]:
+    fabric: Fabric = fat_tree(k)
+    driver = _Timed(fabric)
+    started = time.perf_counter()
+    driver.start()
+    driver.connect_all()
+    bring_up_s = time.perf_counter() - started
+    current = driver.state.current
+    assert current is not None
+    full = sum(len(p.flows) + len(p.groups) for p in current.programs.values())
+    rng = random.Random(seed)
+    cables = [
+        lk for lk in fabric.links if fabric.nodes[lk.a.node].is_switch and fabric.nodes[lk.b.node].is_switch
+    ]
+    switches = [s.name for s in fabric.switches if not any(
+        fabric.nodes[lk.a.node].is_host or fabric.nodes[lk.b.node].is_host
+        for lk in fabric.links if s.name in (lk.a.node, lk.b.node))]  # fmt: skip
+    rows: dict[str, list[tuple[float, float, int, int]]] = {
+        "cut": [],
+        "restore": [],
+        "switch_loss": [],
+        "switch_back": [],
+    }
+    clock = 100.0
+    for _ in range(n):
+        link = rng.choice(cables)
+        clock += 1.0
+        rows["cut"].append(_feed(driver, _changes(driver, [link], False, clock), clock))
+        clock += 1.0
+        rows["restore"].append(_feed(driver, _changes(driver, [link], True, clock), clock))
+    for _ in range(n):
+        name = rng.choice(switches)
+        theirs = [lk for lk in fabric.links if name in (lk.a.node, lk.b.node)]
+        clock += 1.0
+        rows["switch_loss"].append(_feed(driver, _changes(driver, theirs, False, clock), clock))
+        clock += 1.0
+        rows["switch_back"].append(_feed(driver, _changes(driver, theirs, True, clock), clock))
+    return {
+        "fabric": fabric.summary(),
+        "switches": "fake switches decoding the real OpenFlow 1.3 bytes (tests.fakes), one process",
+        "bring_up_s": round(bring_up_s, 1),
+        "full_reinstall_messages": full,
+        **{
+            kind: {
+                "installed_ms": _pcts([r[0] for r in got]),
+                "installed_ms_less_fake_decoding": _pcts([r[1] for r in got]),
+                "flow_mods": _pcts([float(r[2]) for r in got]),
+                "switches_updated": _pcts([float(r[3]) for r in got]),
+                "flow_mods_vs_full_reinstall_max": round(max(r[2] for r in got) / full, 4),
+            }
+            for kind, got in rows.items()
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ks", default="8,16")
+    parser.add_argument("--n", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=out_file)
+    args = parser.parse_args()
+    report: dict[str, Any] = {
+        "benchmark": "reroute_fakes",
+        "machine": {"cpus": os.cpu_count(), "load_before": list(os.getloadavg())},
+        "results": {f"k{k}": run(int(k), args.n, args.seed) for k in args.ks.split(",")},
+    }
+    report["machine"]["load_after"] = list(os.getloadavg())
+    emit(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
