@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,8 +116,8 @@ def test_the_folder_is_checked_again_before_it_is_replaced(tmp_path: Path) -> No
 
 
 def test_sigterm_during_a_simulation_stops_it_and_keeps_the_previous_result(tmp_path: Path) -> None:
-    """A k=12 all-to-all takes ~16 s here; SIGTERM after 3 s ends it within 5 s, exit 130, and the earlier
-    result in the same folder is untouched, with no temporary beside it."""
+    """A k=12 all-to-all takes ~16 s here; SIGTERM once it reports progress ends it within 5 s, exit 130,
+    and the earlier result in the same folder is untouched, with no temporary beside it."""
     big = tmp_path / "ft12.yaml"
     assert main(["topo", "generate", "fat-tree", "--k", "12", "-o", str(big)]) == 0
     out = tmp_path / "r"
@@ -126,8 +127,14 @@ def test_sigterm_during_a_simulation_stops_it_and_keeps_the_previous_result(tmp_
         [sys.executable, "-m", "fabriclab", "sim", "--topology", str(big), "--traffic", "alltoall", "-o",
          str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
-    time.sleep(3)
-    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    assert proc.stderr is not None
+    stderr = proc.stderr
+    first: list[str] = []  # the first progress line: the simulation is under way (not a fixed sleep)
+    reader = threading.Thread(target=lambda: first.append(stderr.readline()), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert first and first[0].strip(), "no progress line within 60 s"
+    assert proc.poll() is None, first[0] + stderr.read()
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
