@@ -150,14 +150,15 @@ def test_metrics_of_controller_and_emulator_move_under_traffic_and_faults(live: 
     assert total(before, "fabriclab_routing_info", engine="ftree") == 1
     assert total(before, "fabriclab_events_total", kind="switch_connect") >= 20
     assert total(before, "fabriclab_http_request_duration_seconds_count", route="/api/v1/health") >= 1
-    assert _port_series(before) == 80  # every switch port
+    assert _port_series(live.metrics(detail=True)) == 80  # every switch port, on request
+    assert _port_series(before) == 3  # by default one series per tier (leaf, aggregation, core)
     assert len({lbl for (n, lbl) in emu_before if n == "fabriclab_emulator_port_transmit_bytes_total"}) == 80
     assert total(emu_before, "fabriclab_emulator_cpus") >= 1
 
     procs = live.alltoall(seconds=4)
 
     def utilised() -> Samples | None:
-        samples = live.metrics()
+        samples = live.metrics(detail=True)
         busy = [v for (n, _), v in samples.items() if n == "fabriclab_link_utilisation_ratio" and v > 0.05]
         return samples if len(busy) >= 16 else None
 

@@ -333,7 +333,8 @@ def test_every_benchmark_checks_its_out_before_running(tmp_path: Path, script: s
     bad = "mine" if script == "opensm_sim.py" else "."
     for out, message in ((bad, "--out"), ("/proc/sys/x", "--out")):
         done = subprocess.run(
-            [sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", out], cwd=tmp_path,
+            [sys.executable, "-m", f"benchmarks.{script.removesuffix('.py')}", *args, "--out", out],
+            cwd=tmp_path,
             capture_output=True, text=True, timeout=120, check=False, env=ENV,
         )  # fmt: skip
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
