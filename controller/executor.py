@@ -43,7 +43,7 @@ class Effects(Protocol):
 
     def read(self, command: ReadSwitch) -> Event: ...  # SwitchRead, or SwitchReadFailed
 
-    def push(self, command: Push) -> Event: ...  # RolloutDone
+    def push(self, command: Push) -> Event: ...  # PushDone (one phase)
 
     def probe(self, command: ProbeLinks) -> None: ...
 
