@@ -6,7 +6,6 @@ only the destinations that used it move, `test_degraded_and_incremental.py`.)"""
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
@@ -14,10 +13,11 @@ import pytest
 from controller.sm import compile as compiler
 from controller.sm.intents import ForwardingOptions, SwitchProgram
 from controller.sm.manager import Computation, SubnetContext
+from tests import faultwalk
 from tests.conftest import DATA
 from topologies.generators import fat_tree, opensm_fat_tree
 from topologies.ibnet import load_ibnet
-from topologies.model import Fabric, PortRef
+from topologies.model import Fabric
 from topologies.relabel import relabel
 
 
@@ -25,29 +25,11 @@ def _behaviour(program: SwitchProgram) -> tuple[dict[object, object], dict[int, 
     return {k: f.actions for k, f in program.flows.items()}, dict(program.groups)
 
 
-def _switch_links(fabric: Fabric) -> list[int]:
-    return [
-        i
-        for i, link in enumerate(fabric.links)
-        if fabric.nodes[link.a.node].is_switch and fabric.nodes[link.b.node].is_switch
-    ]
-
-
 def _walk(fabric: Fabric, options: ForwardingOptions, seed: int, steps: int) -> tuple[int, int]:
     """Cut and restore cables at random; after each, the patched programs equal whole ones.  Returns
     (switches patched, switches compiled whole) over the walk."""
     context = SubnetContext.build(fabric)
-    rnd = random.Random(seed)
-    links = _switch_links(fabric)
-    hosted = {end.node for lk in fabric.links for end in (lk.a, lk.b) if fabric.nodes[end.node].is_host}
-    hosted = {
-        lk.b.node if lk.a.node in hosted else lk.a.node
-        for lk in fabric.links
-        if hosted & {lk.a.node, lk.b.node}
-    }
-    spines = sorted(s.name for s in fabric.switches if s.name not in hosted)  # switches without hosts
-    down: dict[PortRef, float] = {}
-    previous: Computation = context.compute("ftree", options, down, 1)
+    previous: Computation = context.compute("ftree", options, {}, 1)
     calls: list[bool] = []
     original = compiler._patch_switch
 
@@ -58,32 +40,12 @@ def _walk(fabric: Fabric, options: ForwardingOptions, seed: int, steps: int) -> 
 
     compiler._patch_switch = counting  # type: ignore[assignment]
     try:
-        for step in range(steps):
-            cut = [i for i in links if fabric.links[i].a in down]
-            if rnd.random() < 0.25:  # a whole switch lost, or back (its links all down or all up)
-                name = rnd.choice(spines)
-                theirs = [
-                    fabric.links[i] for i in links if name in (fabric.links[i].a.node, fabric.links[i].b.node)
-                ]
-                if any(lk.a in down for lk in theirs):
-                    for lk in theirs:
-                        down.pop(lk.a, None)
-                        down.pop(lk.b, None)
-                else:
-                    for lk in theirs:
-                        down[lk.a] = down[lk.b] = float(step)
-            elif cut and rnd.random() < 0.4:
-                link = fabric.links[rnd.choice(cut)]
-                down.pop(link.a)
-                down.pop(link.b)
-            else:
-                link = fabric.links[rnd.choice(links)]
-                down[link.a] = down[link.b] = float(step)
+        for step, (what, down) in enumerate(faultwalk.walk(fabric, seed, steps)):
             incremental = context.compute("ftree", options, down, step + 2, previous)
             whole_programs, _, _ = original_compile(incremental.tables, context, options, step + 2)
             assert set(whole_programs) == set(incremental.programs)
             for name, program in whole_programs.items():
-                assert _behaviour(incremental.programs[name]) == _behaviour(program), (step, name)
+                assert _behaviour(incremental.programs[name]) == _behaviour(program), (step, what, name)
             previous = incremental
     finally:
         compiler._patch_switch = original
