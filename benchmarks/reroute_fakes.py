@@ -30,16 +30,20 @@ from topologies.model import Fabric, Link
 
 
 class _Timed(CoreDriver):
-    """The driver, noting when each rollout's make phase was confirmed (wall clock) and how long the fake
-    switches spent decoding and applying (os-ken's parser: ~70 us a flow-mod, a cost of the test bench,
-    not of the controller)."""
+    """The driver, noting when each rollout's make phase was confirmed (wall clock: its last wave) and how
+    long the fake switches spent decoding and applying until then (os-ken's parser: ~70 us a flow-mod, a
+    cost of the test bench, not of the controller)."""
 
     made_at: float | None = None
     made_decoding_s = 0.0
+    #: The break phase has started (later make pushes belong to another rollout).
+    broken = False
 
     def push(self, command: Push) -> Event:
         outcome = super().push(command)
-        if command.phase is Phase.MAKE and self.made_at is None:
+        if command.phase is Phase.BREAK:
+            self.broken = True
+        if command.phase is Phase.MAKE and not self.broken:
             self.made_at = time.perf_counter()
             self.made_decoding_s = _decoding[0]
         return outcome
@@ -80,6 +84,7 @@ def _feed(driver: _Timed, event: PortsChanged, at: float) -> tuple[float, float,
     """(ms until the make phase was confirmed; the same less the fakes' decoding: the controller's share;
     flow-mods sent; switches updated)."""
     driver.made_at = None
+    driver.broken = False
     _decoding[0] = 0.0
     driver.made_decoding_s = 0.0
     started = time.perf_counter()

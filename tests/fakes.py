@@ -17,6 +17,7 @@ are tested together, without OVS.
 
 from __future__ import annotations
 
+import random
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -387,7 +388,14 @@ class FakeSouthbound:
         self.fail_next: set[int] = set()
         self.pushes = 0
         #: Called after every switch confirmed a "make" phase, before "break": make-before-break checks.
+        #: Checks run when the make phase is confirmed everywhere, before the break phase is applied.
         self.between_phases: list[Callable[[], object]] = []
+        #: Checks run after every wave of a make phase (`controller.sm.ordering`).
+        self.after_each_wave: list[Callable[[], object]] = []
+        #: Checks run after every switch of a make phase applied its changes; with any, a wave's switches
+        #: apply in a seeded random order (real switches confirm in any order).
+        self.after_each_switch: list[Callable[[], object]] = []
+        self._order_rng = random.Random(1)
 
     def connected(self) -> set[int]:
         return set(self.up)
@@ -404,7 +412,13 @@ class FakeSouthbound:
     def push(self, deltas: Mapping[int, SwitchDelta], phase: str, timeout_s: float = 10.0) -> dict[int, str]:
         problems: dict[int, str] = {}
         self.pushes += 1
-        for dpid, delta in deltas.items():
+        if phase == "break":  # the make phase is confirmed on every switch (all its waves)
+            for check in self.between_phases:
+                check()
+        order = list(deltas.items())
+        if phase == "make" and self.after_each_switch:  # switches apply in any order: try another one
+            self._order_rng.shuffle(order)
+        for dpid, delta in order:
             if dpid not in self.up:
                 problems[dpid] = "not connected"
                 continue
@@ -414,8 +428,11 @@ class FakeSouthbound:
                 continue
             switch = self.fake.switches[self.names[dpid]]
             assert switch.receive(encode(dpid, delta, phase)) == 1
+            if phase == "make":
+                for check in self.after_each_switch:
+                    check()
         if phase == "make":
-            for check in self.between_phases:
+            for check in self.after_each_wave:
                 check()
         return problems
 

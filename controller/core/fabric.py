@@ -79,6 +79,7 @@ from controller.sm.intents import (
     rollout,
 )
 from controller.sm.manager import Computation, SubnetContext
+from controller.sm.ordering import make_waves
 from controller.sm.partitions_conf import resolve, rule_from_dict
 from controller.sm.policies import default_policies
 from controller.sm.validation import DISCOVERY_GRACE_S
@@ -203,8 +204,12 @@ class FabricCore:
         detected_at: float,
         only: Iterable[str] | None = None,
         request: int | None = None,
+        previous: Computation | None = None,
         **details: Any,
     ) -> None:
+        """Send the current computation's changes to the switches (`only`: to those), make before break.
+        With `previous` (what the switches held), the make phase goes in waves, downstream switches first
+        (`controller.sm.ordering`)."""
         state = step.state
         computation = state.current
         assert computation is not None
@@ -216,6 +221,7 @@ class FabricCore:
         in_step = frozenset(n for n in installed if n not in deltas and n in computation.programs)
         step.update(synced=state.synced | in_step)
         rollout_id = state.next_rollout
+        waves = make_waves(previous.tables if previous is not None else None, computation.tables, deltas)
         step.update(
             next_rollout=rollout_id + 1,
             pending_rollout=PendingRollout(
@@ -228,9 +234,17 @@ class FabricCore:
                 flow_mods=sum(d.n_messages for d in deltas.values()),
                 details=details,
                 request=request,
+                waves=waves,
             ),
         )
-        by_dpid = {d.dpid: d for d in deltas.values()}
+        self._push_wave(step, rollout_id, 0)
+
+    def _push_wave(self, step: Builder, rollout_id: int, wave: int) -> None:
+        pending = step.state.pending_rollout
+        assert pending is not None
+        names = pending.waves[wave] if pending.waves else frozenset(pending.deltas)
+        by_dpid = {d.dpid: d for name, d in pending.deltas.items() if name in names}
+        step.update(pending_rollout=replace(pending, wave=wave))
         step.emit(Push(rollout_id, by_dpid, Phase.MAKE, Push.timeout_for(by_dpid)))
 
     def _push_done(self, step: Builder, done: PushDone) -> None:
@@ -242,13 +256,18 @@ class FabricCore:
             step.log(LogLevel.ERROR, f"rollout {done.rollout} ({done.phase}) finished but was not pending")
             return
         if done.phase is Phase.MAKE:
-            rest = {d.dpid: d for d in pending.deltas.values() if d.dpid not in done.problems}
+            problems = {**pending.make_problems, **done.problems}
+            pushed_at = pending.pushed_at if pending.pushed_at is not None else done.started_at
+            pending = replace(pending, pushed_at=pushed_at, made_at=done.done_at, make_problems=problems)
+            step.update(pending_rollout=pending)
+            if pending.wave + 1 < len(pending.waves):  # the next wave, downstream of it confirmed
+                self._push_wave(step, done.rollout, pending.wave + 1)
+                return
+            rest = {d.dpid: d for d in pending.deltas.values() if d.dpid not in problems}
             if rest:
-                step.update(pending_rollout=replace(pending, pushed_at=done.started_at, made_at=done.done_at,
-                                                    make_problems=dict(done.problems)))  # fmt: skip
                 step.emit(Push(done.rollout, rest, Phase.BREAK, Push.timeout_for(rest)))
                 return
-            self._rollout_done(step, RolloutDone(done.rollout, done.problems, done.started_at, done.done_at,
+            self._rollout_done(step, RolloutDone(done.rollout, problems, pushed_at, done.done_at,
                                                  done.done_at))  # fmt: skip
             return
         assert pending.pushed_at is not None and pending.made_at is not None
@@ -415,7 +434,7 @@ class FabricCore:
         self.commit(step, computation, config)
         kind = RecordKind.PORT_UP if all(ups) else RecordKind.PORT_DOWN
         detected = min(c.at for c in event.changes)
-        self.rollout(step, kind, detected, ports=tuple(changes),
+        self.rollout(step, kind, detected, previous=previous, ports=tuple(changes),
                       changed_destinations=changed_destinations(previous, computation))  # fmt: skip
 
     def _flows_removed(self, step: Builder, event: FlowsRemoved) -> None:
@@ -528,6 +547,7 @@ class FabricCore:
             step.state.reserved, min(pending.computation.generation + GENERATION_BLOCK, MAX_GENERATION)
         )
         step.update(reserved=reserved)
+        previous = step.state.current
         self.commit(step, pending.computation, pending.config)
         details: dict[str, Any] = {"engine": pending.config.engine}
         if pending.kind is RecordKind.POLICY_CHANGE:
@@ -536,7 +556,8 @@ class FabricCore:
             details = {"reason": pending.reason}
         elif pending.kind is RecordKind.QOS_POLICY:
             details = {"reason": pending.reason, "changes": pending.changes}
-        self.rollout(step, pending.kind, pending.detected_at, request=pending.request, **details)
+        self.rollout(step, pending.kind, pending.detected_at, request=pending.request, previous=previous,
+                     **details)  # fmt: skip
 
     # --- adaptive routing ----------------------------------------------------------------------------------
 

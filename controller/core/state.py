@@ -177,6 +177,9 @@ class PendingRollout:
     pushed_at: float | None = None
     made_at: float | None = None
     make_problems: Mapping[int, str] = field(default_factory=dict)
+    #: The make phase's waves (switch names, downstream first: `controller.sm.ordering`), the one in flight.
+    waves: tuple[frozenset[str], ...] = ()
+    wave: int = 0
 
 
 @dataclass(frozen=True)
