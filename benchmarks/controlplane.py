@@ -10,6 +10,8 @@
 3. `loss_window`: data-plane loss when the first uplink of a UDP probe's path is cut, measured at the
    receiver by sequence numbers, with fast-failover groups (switch-local) and without (controller
    recomputes) — the same failures in the same run.
+4. `restore_loss`: packets lost while a cut cable comes back under traffic and the controller moves the
+   probe's path back onto it (make-before-break: 0 is the target).
 
     python -m benchmarks.controlplane            # everything (several minutes)
     python -m benchmarks.controlplane --quick    # smaller counts, k=4 only
@@ -315,6 +317,50 @@ def loss_window(failures: int, rate_pps: int, workdir: Path, cut: str = "far") -
     return result
 
 
+def restore_loss(restores: int, rate_pps: int, workdir: Path, cut: str = "both") -> dict[str, Any]:
+    """Make-before-break on a cable restore, under traffic.  Each sample: the first uplink of the UDP
+    probe h1 -> h16's path is cut (both ends by default, as a pulled cable) and the controller reroutes;
+    then a probe runs at `rate_pps` and the cable comes back 0.6 s in; the controller recomputes with the
+    cable and moves the probe's path back.  Counted: probes sent from 5 ms before the restore to 1 s after
+    it that never arrived (target: 0 in every sample), and the same window's count before the restore is
+    the emulator's background loss (a sample with any is flagged)."""
+    rows: list[dict[str, float]] = []
+    loads: list[float] = []
+    with Lab(4, workdir) as lab:
+        src, dst = "h1", "h16"
+        dst_ip = lab.addresses[(dst, 1)][1]
+        lab.net.run(src, ["ping", "-n", "-c", "2", "-W", "1", dst_ip], capture_output=True)  # ARP first
+        for _ in range(restores):
+            hops = lab.ctl.get(f"routes?src={src}&dst={dst}")["hops"]
+            leaf, out_port = hops[1]["node"], hops[1]["out_port"]
+            far = lab.fabric.peer(leaf, out_port)
+            assert far is not None
+            near_end, far_end = (leaf, out_port), (far.node, far.port)
+            since = lab.last_event()
+            _set_cable(lab, near_end, far_end, cut, up=False)
+            lab.wait_event("port_down", since)
+            lab.ctl.ready(len(lab.fabric.switches))
+            loads.append(os.getloadavg()[0])
+            rows.append(_probe_change(lab, dst_ip, rate_pps, near_end, far_end, cut, up=True))
+            lab.ctl.ready(len(lab.fabric.switches))
+            time.sleep(0.2)
+    lost = [r["lost"] for r in rows]
+    clean = [r for r in rows if r["background_lost"] == 0]
+    return {
+        "rate_pps": rate_pps,
+        "cut": cut,
+        "restores": len(rows),
+        "lost_packets": _pcts(lost),
+        "restores_without_loss": sum(1 for x in lost if x == 0),
+        "clean_samples": len(clean),
+        "restores_without_loss_clean_samples": sum(1 for r in clean if r["lost"] == 0),
+        "controller_installed_ms": _pcts([r["installed_ms"] for r in rows]),
+        "samples": rows,
+        "target": {"lost": 0, "of": len(rows), "met": all(x == 0 for x in lost)},
+        "load_avg_1min_during": _pcts(loads),
+    }
+
+
 def _set_cable(lab: Lab, near: tuple[str, int], far: tuple[str, int], cut: str, up: bool) -> None:
     ends = [far, near] if cut == "both" else [far]
     state = "up" if up else "down"
@@ -325,6 +371,13 @@ def _set_cable(lab: Lab, near: tuple[str, int], far: tuple[str, int], cut: str, 
 def _probe_failure(
     lab: Lab, dst_ip: str, rate: int, near: tuple[str, int], far: tuple[str, int], cut: str
 ) -> dict[str, float]:
+    return _probe_change(lab, dst_ip, rate, near, far, cut, up=False)
+
+
+def _probe_change(
+    lab: Lab, dst_ip: str, rate: int, near: tuple[str, int], far: tuple[str, int], cut: str, up: bool
+) -> dict[str, float]:
+    """A probe h1 -> h16 with the cable set down (or up) 0.6 s in: the loss window around the change."""
     port_no, duration = 5999, 1.6
     recv_argv = [sys.executable, PROBE, "recv", str(port_no), str(duration + 0.8)]
     receiver = lab.net.popen("h16", recv_argv, stdout=subprocess.PIPE, text=True)
@@ -334,16 +387,17 @@ def _probe_failure(
     sender = lab.net.popen("h1", send_argv, stdout=subprocess.PIPE, text=True)
     time.sleep(0.6)
     since = lab.last_event()
-    cut_at = time.time()
-    _set_cable(lab, near, far, cut, up=False)
+    changed_at = time.time()
+    _set_cable(lab, near, far, cut, up=up)
     sent = json.loads(sender.communicate(timeout=30)[0])
     report = json.loads(receiver.communicate(timeout=30)[0])
-    event = lab.wait_event("port_down", since)
-    window, background = outage(report, sent, cut_at, rate)
+    event = lab.wait_event("port_up" if up else "port_down", since)
+    window, background = outage(report, sent, changed_at, rate)
     return {
         "window_ms": window,
+        "lost": round(window * rate / 1000),
         "background_lost": background,
-        "detected_ms": round(1000 * (event["detected_at"] - cut_at), 2),
+        "detected_ms": round(1000 * (event["detected_at"] - changed_at), 2),
         "installed_ms": float(event["installed_ms"]),
     }
 
@@ -368,7 +422,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--parts", default="flow_rate,reroute,loss_window")
+    parser.add_argument("--parts", default="flow_rate,reroute,loss_window,restore_loss")
     parser.add_argument("--failures", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -410,6 +464,8 @@ def main() -> int:
                 }
             if "loss_window" in parts:
                 report["loss_window"] = loss_window(failures, args.rate, work, args.cut)
+            if "restore_loss" in parts:
+                report["restore_loss"] = restore_loss(failures, args.rate, work)
     finally:
         daemon.stop_if_started()
     report["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -65,6 +65,7 @@ from controller.core.fabric import FabricCore, Step
 from controller.core.state import Config, FabricState
 from controller.executor import Executor
 from controller.formats.qosfile import QosFileError, policy_from_data
+from controller.heap import Heap
 from controller.published import PortCounters, PortStats, Published
 from controller.sm.intents import FlowIntent, FlowKey, ForwardingOptions, GroupIntent, SwitchDelta
 from controller.sm.manager import SubnetContext
@@ -137,8 +138,11 @@ class FabricService:
         lldp_interval_s: float = 10.0,
         stats_interval_s: float = 2.0,
         clock: Callable[[], float] = time.time,
+        heap: Heap | None = None,
     ) -> None:
         self.core = core
+        #: The garbage collector's policy (`controller.heap`), installed by the composition root.
+        self._heap = heap
         self.context = core.context
         self.store = store
         self.lldp_interval_s = lldp_interval_s
@@ -387,6 +391,8 @@ class FabricService:
                         continue
                     request.started = True
             self._run(event)
+            if self._heap is not None:
+                self._heap.settled()
 
     def _run(self, event: Event) -> None:
         """Hand `event` to the core, execute its commands, and feed their outcomes back until done

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from controller.core.fabric import dry_run
@@ -31,6 +31,7 @@ from controller.rest import models
 from controller.rest.changes import run_change
 from controller.rest.pkeys import mount_pkeys
 from controller.rest.qos import mount_qos
+from controller.rest.rendered import Rendered
 from controller.service import FabricService, Published
 from controller.sm.engines import UnknownEngine
 from controller.sm.intents import ForwardingOptions
@@ -82,13 +83,17 @@ def create_app(
 
     mount_qos(app, service, mutation)
 
+    # The cheap reads run on the event loop itself (`async def`): a thread-pool hop costs a switch of the
+    # interpreter lock each way, and while the worker computes each switch can wait a switch interval.
     @app.get(f"{API}/health", response_model=models.Health)
-    def health() -> models.Health:
+    async def health() -> models.Health:
         return models.health(snap(), time.time())
 
+    fabric_view = Rendered(models.fabric)
+
     @app.get(f"{API}/fabric", response_model=models.FabricView)
-    def fabric() -> models.FabricView:
-        return models.fabric(snap())
+    def fabric() -> Response:
+        return fabric_view(snap())
 
     @app.get(f"{API}/switches", response_model=list[models.SwitchView])
     def switches() -> list[models.SwitchView]:
@@ -131,7 +136,7 @@ def create_app(
         return models.links(snap(), counters)
 
     @app.get(f"{API}/routes", response_model=models.RouteView, responses=_errors(404, 409, 503))
-    def routes(
+    async def routes(
         src: Annotated[str, Query(max_length=128)],
         dst: Annotated[str, Query(max_length=128)],
         sport: Annotated[int | None, Query(ge=0, le=65535, description="UDP source port")] = None,

@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -21,6 +22,7 @@ from typing import Any
 
 from controller.formats.partitions_file import load_partitions
 from controller.formats.qosload import load_policy
+from controller.heap import Heap
 from controller.sm.engines import UnknownEngine, default_registry
 from controller.sm.intents import ForwardingOptions
 from controller.statestore import StateError, StateStore
@@ -91,9 +93,19 @@ def register(commands: Any) -> None:
         metavar="FILE",
         help="QoS policy (YAML, docs/qos.md; default: $FABRICLAB_QOS, else saved, else none)",
     )
+    p.add_argument(
+        "--gc",
+        choices=("frozen", "cpython"),
+        default="frozen",
+        help="garbage collector policy: 'frozen' keeps full collections off the readers' path "
+        "(controller/heap.py); 'cpython' is the interpreter's own (default %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run)
 
+
+#: See `run`: measured with `python -m benchmarks.reads` (docs/controller.md).
+READER_SWITCH_INTERVAL_S = 0.0005
 
 #: The whole shutdown after SIGTERM/SIGINT, at most (the worker may be in a seconds-long k=16 recompute).
 SHUTDOWN_S = 4.0
@@ -155,12 +167,18 @@ def run(args: argparse.Namespace) -> int:
             config = replace(config, qos=qos_policy, qos_source=f"file {args.qos}")
         return apply_policy_overrides(config, overrides)
 
+    heap = Heap() if args.gc == "frozen" else None
+    if heap is not None:
+        heap.install()
+        # A reader waiting for the interpreter lock gets it after at most this long of the worker's
+        # computation (CPython's default is 5 ms; a REST read needs the lock a few times).
+        sys.setswitchinterval(READER_SWITCH_INTERVAL_S)
     try:
         if store is not None:
             store.lock()  # held until the process exits: one controller per state directory
         service = FabricService.for_fabric(fabric, store, chosen, lldp_interval_s=args.lldp_interval,
                                            stats_interval_s=args.stats_interval,
-                                           link_scale=link_scale)  # fmt: skip
+                                           link_scale=link_scale, heap=heap)  # fmt: skip
     except (StateError, GenerationExhausted) as exc:
         raise CliError(f"--state-dir: {exc}") from None
     except UnknownEngine as exc:  # --engine was checked above: this is the saved one
