@@ -39,6 +39,7 @@ from controller.rest.client import wait_for
 from controller.sm.intents import FlowIntent, SwitchDelta, cookie_of, match
 from controller.sm.manager import SubnetManager
 from emulation.controlproc import ControllerProcess, free_port
+from emulation.ifflags import set_up
 from emulation.ovs import OvsDaemon, OvsFabric, ovs_available
 from topologies.generators import fat_tree
 from topologies.loader import dump_yaml
@@ -287,7 +288,7 @@ def loss_window(failures: int, rate_pps: int, workdir: Path, cut: str = "far") -
                     assert far is not None
                     loads.append(os.getloadavg()[0])
                     samples[mode].append(
-                        _probe_failure(lab, dst_ip, rate_pps, (leaf, out_port), (far.node, far.port), cut)
+                        _probe_failure(lab, rate_pps, (leaf, out_port), (far.node, far.port), cut)
                     )
                     since = lab.last_event()
                     _set_cable(lab, (leaf, out_port), (far.node, far.port), cut, up=True)
@@ -317,9 +318,12 @@ def loss_window(failures: int, rate_pps: int, workdir: Path, cut: str = "far") -
     return result
 
 
-def restore_loss(restores: int, rate_pps: int, workdir: Path, cut: str = "both") -> dict[str, Any]:
+def restore_loss(
+    restores: int, rate_pps: int, workdir: Path, cut: str = "both", pair: tuple[str, str] = ("h1", "h3")
+) -> dict[str, Any]:
     """Make-before-break on a cable restore, under traffic.  Each sample: the first uplink of the UDP
-    probe h1 -> h16's path is cut (both ends by default, as a pulled cable) and the controller reroutes;
+    probe's path (`pair`; by default inside one pod, where updating the leaf before the aggregation switch
+    makes a loop) is cut (both ends by default, as a pulled cable) and the controller reroutes;
     then a probe runs at `rate_pps` and the cable comes back 0.6 s in; the controller recomputes with the
     cable and moves the probe's path back.  Counted: probes sent from 5 ms before the restore to 1 s after
     it that never arrived (target: 0 in every sample), and the same window's count before the restore is
@@ -327,7 +331,7 @@ def restore_loss(restores: int, rate_pps: int, workdir: Path, cut: str = "both")
     rows: list[dict[str, float]] = []
     loads: list[float] = []
     with Lab(4, workdir) as lab:
-        src, dst = "h1", "h16"
+        src, dst = pair
         dst_ip = lab.addresses[(dst, 1)][1]
         lab.net.run(src, ["ping", "-n", "-c", "2", "-W", "1", dst_ip], capture_output=True)  # ARP first
         for _ in range(restores):
@@ -341,7 +345,7 @@ def restore_loss(restores: int, rate_pps: int, workdir: Path, cut: str = "both")
             lab.wait_event("port_down", since)
             lab.ctl.ready(len(lab.fabric.switches))
             loads.append(os.getloadavg()[0])
-            rows.append(_probe_change(lab, dst_ip, rate_pps, near_end, far_end, cut, up=True))
+            rows.append(_probe_change(lab, (src, dst), rate_pps, near_end, far_end, cut, up=True))
             lab.ctl.ready(len(lab.fabric.switches))
             time.sleep(0.2)
     lost = [r["lost"] for r in rows]
@@ -349,6 +353,7 @@ def restore_loss(restores: int, rate_pps: int, workdir: Path, cut: str = "both")
     return {
         "rate_pps": rate_pps,
         "cut": cut,
+        "pair": f"{src} -> {dst}",
         "restores": len(rows),
         "lost_packets": _pcts(lost),
         "restores_without_loss": sum(1 for x in lost if x == 0),
@@ -362,29 +367,36 @@ def restore_loss(restores: int, rate_pps: int, workdir: Path, cut: str = "both")
 
 
 def _set_cable(lab: Lab, near: tuple[str, int], far: tuple[str, int], cut: str, up: bool) -> None:
-    ends = [far, near] if cut == "both" else [far]
-    state = "up" if up else "down"
-    lines = "".join(f"link set {lab.net.veth_of(*end)} {state}\n" for end in ends)
-    subprocess.run(["ip", "-batch", "-"], check=True, text=True, input=lines)
+    """One ioctl per end (no `ip` process to start first: its ~2-3 ms would count as outage)."""
+    for end in [far, near] if cut == "both" else [far]:
+        set_up(lab.net.veth_of(*end), up)
 
 
 def _probe_failure(
-    lab: Lab, dst_ip: str, rate: int, near: tuple[str, int], far: tuple[str, int], cut: str
+    lab: Lab, rate: int, near: tuple[str, int], far: tuple[str, int], cut: str
 ) -> dict[str, float]:
-    return _probe_change(lab, dst_ip, rate, near, far, cut, up=False)
+    return _probe_change(lab, ("h1", "h16"), rate, near, far, cut, up=False)
 
 
 def _probe_change(
-    lab: Lab, dst_ip: str, rate: int, near: tuple[str, int], far: tuple[str, int], cut: str, up: bool
+    lab: Lab,
+    pair: tuple[str, str],
+    rate: int,
+    near: tuple[str, int],
+    far: tuple[str, int],
+    cut: str,
+    up: bool,
 ) -> dict[str, float]:
-    """A probe h1 -> h16 with the cable set down (or up) 0.6 s in: the loss window around the change."""
+    """A probe src -> dst with the cable set down (or up) 0.6 s in: the loss window around the change."""
     port_no, duration = 5999, 1.6
+    src, dst = pair
+    dst_ip = lab.addresses[(dst, 1)][1]
     recv_argv = [sys.executable, PROBE, "recv", str(port_no), str(duration + 0.8)]
-    receiver = lab.net.popen("h16", recv_argv, stdout=subprocess.PIPE, text=True)
+    receiver = lab.net.popen(dst, recv_argv, stdout=subprocess.PIPE, text=True)
     assert receiver.stdout is not None
     assert receiver.stdout.readline().strip() == "ready"
     send_argv = [sys.executable, PROBE, "send", dst_ip, str(port_no), str(rate), str(duration)]
-    sender = lab.net.popen("h1", send_argv, stdout=subprocess.PIPE, text=True)
+    sender = lab.net.popen(src, send_argv, stdout=subprocess.PIPE, text=True)
     time.sleep(0.6)
     since = lab.last_event()
     changed_at = time.time()

@@ -9,13 +9,10 @@ says it holds) — with no stale flow, group or meter.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import random
 import re
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import time
@@ -29,6 +26,7 @@ from controller.sm.addressing import mac_str
 from controller.sm.intents import COOKIE_MAGIC, ForwardingOptions
 from controller.sm.manager import SubnetContext, SubnetManager
 from emulation.headroom import CLEAN_LOSS, HostNs, assess, snapshot
+from emulation.ifflags import set_up
 from emulation.ovs import OvsDaemon, OvsFabric, leftovers
 from tests.conftest import ROOT
 from tests.emulation_support import (
@@ -120,19 +118,6 @@ class Rig:
 
     def hosts(self) -> list[HostNs]:
         return [HostNs(h.name, f"/run/netns/{self.net.namespace_of(h.name)}") for h in self.fabric.hosts]
-
-
-_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
-
-
-def _set_up(interface: str, up: bool) -> None:
-    """`ip link set IF up|down` without a process per call (an ioctl), so that a busy machine still
-    flaps at the drill's pace."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14x", interface.encode(), 0)
-        flags = struct.unpack_from("16sH", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
-        flags = flags | _IFF_UP if up else flags & ~_IFF_UP
-        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", interface.encode(), flags))
 
 
 def _ofctl(command: str, bridge: str) -> str:
@@ -239,9 +224,9 @@ def test_a_hundred_link_flaps_in_ten_seconds(rig: Rig) -> None:
         for i in range(count):
             link = rng.choice(links)
             end = rng.choice((link.a, link.b))
-            _set_up(rig.net.veth_of(end.node, end.port), up=False)
+            set_up(rig.net.veth_of(end.node, end.port), up=False)
             time.sleep(max(0.0, began + (i + 0.5) * period_s - time.monotonic()))
-            _set_up(rig.net.veth_of(end.node, end.port), up=True)
+            set_up(rig.net.veth_of(end.node, end.port), up=True)
             time.sleep(max(0.0, began + (i + 1) * period_s - time.monotonic()))
         return time.monotonic() - began
 

@@ -14,7 +14,7 @@ from controller.heap import NO_AUTOMATIC_FULL, Heap
 @pytest.fixture
 def heap() -> Iterator[Heap]:
     before = gc.get_threshold()
-    policy = Heap(grow_factor=1.5, floor_objects=1_000)
+    policy = Heap(grow_factor=1.5, floor_objects=1_000, min_interval_s=0.0)
     policy.install()
     try:
         yield policy
@@ -72,6 +72,32 @@ def test_objects_that_die_by_refcount_leave_the_frozen_heap(heap: Heap) -> None:
     assert heap._grown < 30 * 20_000  # corrected by the exact count at least once
 
 
-def test_grow_factor_must_exceed_one() -> None:
+def test_growth_alone_waits_for_the_interval_and_the_hard_limit_does_not() -> None:
+    """The live heap grows for good reasons (a partition layer): between full collections at least
+    `min_interval_s` passes, unless the heap grew past `hard_factor`."""
+    now = [0.0]
+    policy = Heap(grow_factor=1.5, hard_factor=3.0, floor_objects=1_000, min_interval_s=60.0,
+                  clock=lambda: now[0])  # fmt: skip
+    policy.install()
+    kept: list[list[_Node]] = []
+    try:
+        policy.settled()  # the baseline
+        base = gc.get_freeze_count()
+        kept.append([_Node() for _ in range(base)])  # 2x: past grow_factor, within hard_factor
+        policy.settled()
+        assert policy.stats.full_collections == 0
+        now[0] = 61.0
+        policy.settled()
+        assert policy.stats.full_collections == 1  # the interval passed
+        kept.append([_Node() for _ in range(4 * gc.get_freeze_count())])  # 5x: past hard_factor
+        policy.settled()
+        assert policy.stats.full_collections == 2  # at once
+    finally:
+        policy.uninstall()
+
+
+def test_factors_must_make_sense() -> None:
     with pytest.raises(ValueError, match="grow_factor"):
         Heap(grow_factor=1.0)
+    with pytest.raises(ValueError, match="hard_factor"):
+        Heap(grow_factor=3.0, hard_factor=2.0)
