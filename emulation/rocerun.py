@@ -181,6 +181,11 @@ def _agent_plan(
             "arrival_bin_s": ARRIVAL_BIN_S}  # fmt: skip
 
 
+def all_finished(run: RoceRun) -> bool:
+    """Every agent has exited: each finished its sends and receives (or met its deadline)."""
+    return bool(run.agents) and all(proc.poll() is not None for proc in run.agents.values())
+
+
 def go(run: RoceRun, start_at: float) -> None:
     """Every agent starts at `start_at` (wall clock, seconds)."""
     run.start_at = start_at

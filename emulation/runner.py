@@ -343,6 +343,10 @@ def _send_and_measure(
             fault_log.append({"at_s": fault.at_s, "action": fault.action, "target": target, "wall": at})
         if now >= total:
             break
+        if not flows and not faults and rocerun.all_finished(roce):
+            # RoCE work only, all of it done: waiting out `duration_s` would measure nothing more
+            progress(0.95, f"t={now:5.1f} s: every RoCE agent finished")
+            break
         progress(0.1 + 0.85 * now / total, f"t={now:5.1f}/{total:.1f} s")
         time.sleep(min(0.05, max(0.0, total - now)))
     poller_stop.set()
