@@ -203,18 +203,6 @@ class PushDone:
 
 
 @dataclass(frozen=True)
-class RolloutDone:
-    """A whole rollout as the core records it (both phases): the failed switches and when each phase was
-    confirmed.  Made by the core from its `PushDone`s."""
-
-    rollout: int
-    problems: Mapping[int, str]
-    pushed_at: float
-    made_at: float
-    done_at: float
-
-
-@dataclass(frozen=True)
 class Saved:
     """How a `Save` went: `error` is None on success."""
 
@@ -241,7 +229,6 @@ Event = (
     | QosPolicyRequested
     | CountersSampled
     | PushDone
-    | RolloutDone
     | Saved
 )
 
@@ -349,7 +336,6 @@ __all__ = [
     "QosPolicyRequested",
     "ReadSwitch",
     "Reply",
-    "RolloutDone",
     "RoutingRequested",
     "Save",
     "Saved",
