@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.out import out_file, write_out
+from benchmarks.out import out_file, percentiles, write_out
 from controller.rest.client import wait_for
 from controller.sm.intents import FlowIntent, SwitchDelta, cookie_of, match
 from controller.sm.manager import SubnetManager
@@ -47,19 +46,6 @@ from topologies.loader import dump_yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = str(ROOT / "emulation" / "probe.py")
-
-
-def _pcts(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    if not ordered:
-        return {}
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), 2),
-        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2),
-        "max": round(ordered[-1], 2),
-        "mean": round(statistics.fmean(ordered), 2),
-    }
 
 
 # --- 1. flow programming rate ---------------------------------------------------------------------------
@@ -247,10 +233,10 @@ def reroute(k: int, failures: int, seed: int, workdir: Path) -> dict[str, Any]:
             "fabric": fabric.summary(),
             "bringup_s": round(lab.bringup_s, 2),
             "failures": len(installed),
-            "installed_ms": _pcts(installed),
-            "computed_ms": _pcts(computed),
-            "cleaned_ms": _pcts(cleaned),
-            "flow_mods_per_event": _pcts([float(m) for m in mods]),
+            "installed_ms": percentiles(installed, mean=True),
+            "computed_ms": percentiles(computed, mean=True),
+            "cleaned_ms": percentiles(cleaned, mean=True),
+            "flow_mods_per_event": percentiles([float(m) for m in mods], mean=True),
             "target_ms": 500,
         }
 
@@ -299,11 +285,11 @@ def loss_window(failures: int, rate_pps: int, workdir: Path, cut: str = "far") -
         windows = [r["window_ms"] for r in rows]
         clean = [r["window_ms"] for r in rows if r["background_lost"] == 0]
         result[mode] = {
-            "loss_window_ms": _pcts(windows),
+            "loss_window_ms": percentiles(windows, mean=True),
             "clean_samples": len(clean),
-            "loss_window_ms_clean_samples": _pcts(clean),
-            "controller_detected_ms": _pcts([r["detected_ms"] for r in rows]),
-            "controller_installed_ms": _pcts([r["installed_ms"] for r in rows]),
+            "loss_window_ms_clean_samples": percentiles(clean, mean=True),
+            "controller_detected_ms": percentiles([r["detected_ms"] for r in rows], mean=True),
+            "controller_installed_ms": percentiles([r["installed_ms"] for r in rows], mean=True),
         }
     ff, ctl = result["fast_failover"]["loss_window_ms"], result["controller_only"]["loss_window_ms"]
     result["ratio_controller_only_vs_ff"] = {
@@ -314,7 +300,7 @@ def loss_window(failures: int, rate_pps: int, workdir: Path, cut: str = "far") -
         "ff_p95_at_most_third_of_controller_only": True,
         "met": bool(ff and ctl and ff["p95"] < 15 and ff["p95"] * 3 <= ctl["p95"]),
     }
-    result["load_avg_1min_during"] = _pcts(loads)
+    result["load_avg_1min_during"] = percentiles(loads, mean=True)
     return result
 
 
@@ -355,14 +341,14 @@ def restore_loss(
         "cut": cut,
         "pair": f"{src} -> {dst}",
         "restores": len(rows),
-        "lost_packets": _pcts(lost),
+        "lost_packets": percentiles(lost, mean=True),
         "restores_without_loss": sum(1 for x in lost if x == 0),
         "clean_samples": len(clean),
         "restores_without_loss_clean_samples": sum(1 for r in clean if r["lost"] == 0),
-        "controller_installed_ms": _pcts([r["installed_ms"] for r in rows]),
+        "controller_installed_ms": percentiles([r["installed_ms"] for r in rows], mean=True),
         "samples": rows,
         "target": {"lost": 0, "of": len(rows), "met": all(x == 0 for x in lost)},
-        "load_avg_1min_during": _pcts(loads),
+        "load_avg_1min_during": percentiles(loads, mean=True),
     }
 
 

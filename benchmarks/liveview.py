@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
-from benchmarks.out import out_file, write_out
+from benchmarks.out import out_file, percentiles, write_out
 from controller.core.events import Start
 from controller.core.fabric import FabricCore
 from controller.observe.live import LiveOptions, LiveView
@@ -32,16 +31,6 @@ from controller.sm.manager import SubnetContext
 from topologies.generators import fat_tree
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _pcts(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), 3),
-        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 3),
-        "max": round(ordered[-1], 3),
-    }
 
 
 def run(k: int, n: int, seed: int) -> dict[str, Any]:
@@ -93,13 +82,13 @@ def run(k: int, n: int, seed: int) -> dict[str, Any]:
         "nodes": len(fabric.nodes),
         "links": len(fabric.links),
         "view_bytes": view_bytes,
-        "view_build_ms": _pcts(view_ms),
-        "frame_with_utilisation_bytes": _pcts([float(b) for b in frame_bytes]),
-        "frame_build_ms": _pcts(frame_ms),
+        "view_build_ms": percentiles(view_ms, digits=3),
+        "frame_with_utilisation_bytes": percentiles([float(b) for b in frame_bytes], digits=3),
+        "frame_build_ms": percentiles(frame_ms, digits=3),
         "metrics_bytes": scrape_bytes,
-        "metrics_scrape_ms": _pcts(scrape_ms),
+        "metrics_scrape_ms": percentiles(scrape_ms, digits=3),
         "metrics_detail_ports_bytes": detail_bytes,
-        "metrics_detail_ports_scrape_ms": _pcts(detail_ms),
+        "metrics_detail_ports_scrape_ms": percentiles(detail_ms, digits=3),
         "frames_per_second_max": round(1 / live.options.frame_interval_s, 2),
     }
 

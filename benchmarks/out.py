@@ -10,8 +10,10 @@ import contextlib
 import json
 import os
 import secrets
+import statistics
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,31 @@ def write_out(path: Path, text: str) -> None:
             tmp.unlink()
 
 
+def percentiles(
+    values: Iterable[float], digits: int = 2, p99: bool = False, mean: bool = False
+) -> dict[str, float]:
+    """n, p50, p95 (and p99, mean if asked), max of `values`, rounded to `digits`; {} for none.  A
+    quantile q is the sorted sample at index floor(q * n) (no interpolation: a reported figure was seen)."""
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], digits)
+
+    out: dict[str, float] = {
+        "n": len(ordered),
+        "p50": round(statistics.median(ordered), digits),
+        "p95": at(0.95),
+    }
+    if p99:
+        out["p99"] = at(0.99)
+    out["max"] = round(ordered[-1], digits)
+    if mean:
+        out["mean"] = round(statistics.fmean(ordered), digits)
+    return out
+
+
 def emit(report: dict[str, Any], path: Path | None) -> None:
     """A benchmark's report as indented JSON: into `path` (whole or not at all), or on stdout."""
     text = json.dumps(report, indent=2) + "\n"
@@ -54,4 +81,4 @@ def emit(report: dict[str, Any], path: Path | None) -> None:
         sys.stdout.write(text)
 
 
-__all__ = ["emit", "out_file", "write_out"]
+__all__ = ["emit", "out_file", "percentiles", "write_out"]

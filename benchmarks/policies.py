@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.out import out_file, write_out
+from benchmarks.out import out_file, percentiles, write_out
 from controller.sm.manager import SubnetManager
 from emulation.controlproc import ControllerProcess
 from emulation.ovs import OvsDaemon, OvsFabric, ovs_available
@@ -48,16 +47,7 @@ SCALE = "400G=8M"
 
 
 def _pcts(values: list[float], digits: int = 3) -> dict[str, float]:
-    ordered = sorted(values)
-    if not ordered:
-        return {"n": 0}
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), digits),
-        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], digits),
-        "max": round(ordered[-1], digits),
-        "mean": round(statistics.fmean(ordered), digits),
-    }
+    return percentiles(values, digits=digits, mean=True) or {"n": 0}
 
 
 def _load() -> list[float]:

@@ -20,7 +20,6 @@ import argparse
 import http.client
 import json
 import os
-import statistics
 import sys
 import tempfile
 import threading
@@ -28,30 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.out import emit, out_file
+from benchmarks.out import emit, out_file, percentiles
 from controller.rest.client import wait_for
 from emulation.controlproc import ControllerProcess
 from topologies.generators import fat_tree
 from topologies.loader import dump_yaml
 
 TARGET_P99_MS = 20.0
-
-
-def pcts(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
-
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), 2),
-        "p95": at(0.95),
-        "p99": at(0.99),
-        "max": round(ordered[-1], 2),
-    }
 
 
 class Reader(threading.Thread):
@@ -89,9 +71,9 @@ class Reader(threading.Thread):
 
 
 def _summary(samples: list[tuple[float, str, float]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"all": pcts([ms for _, _, ms in samples])}
+    out: dict[str, Any] = {"all": percentiles([ms for _, _, ms in samples], p99=True)}
     for name in sorted({p for _, p, _ in samples}):
-        out[name] = pcts([ms for _, p, ms in samples if p == name])
+        out[name] = percentiles([ms for _, p, ms in samples if p == name], p99=True)
     return out
 
 
@@ -154,9 +136,10 @@ def run(k: int, n_changes: int, idle_s: float, gc_policy: str) -> dict[str, Any]
         "fabric": fabric.summary(),
         "gc": gc_policy,
         "changes": n_changes,
-        "change_ms": pcts([1000 * (b - a) for _, a, b in windows]),
+        "change_ms": percentiles([1000 * (b - a) for _, a, b in windows], p99=True),
         "change_ms_by_kind": {
-            kind: pcts([1000 * (b - a) for kk, a, b in windows if kk == kind]) for kind in sorted(by_kind)
+            kind: percentiles([1000 * (b - a) for kk, a, b in windows if kk == kind], p99=True)
+            for kind in sorted(by_kind)
         },
         "idle_ms": _summary(idle.samples),
         "during_recompute_ms": _summary(during),

@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import time
 from typing import Any
 
-from benchmarks.out import emit, out_file
+from benchmarks.out import emit, out_file, percentiles
 from controller.core.events import Event, Phase, PortChange, PortsChanged, Push
 from tests import fakes
 from tests.core_driver import CoreDriver
@@ -62,16 +61,6 @@ def _timed_receive(self: fakes.FakeSwitch, data: bytes) -> int:
 
 
 fakes.FakeSwitch.receive = _timed_receive  # type: ignore[method-assign]
-
-
-def _pcts(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), 1),
-        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
-        "max": round(ordered[-1], 1),
-    }
 
 
 def _changes(driver: CoreDriver, links: list[Link], live: bool, at: float) -> PortsChanged:
@@ -146,10 +135,10 @@ def run(k: int, n: int, seed: int) -> dict[str, Any]:
         "full_reinstall_messages": full,
         **{
             kind: {
-                "installed_ms": _pcts([r[0] for r in got]),
-                "installed_ms_less_fake_decoding": _pcts([r[1] for r in got]),
-                "flow_mods": _pcts([float(r[2]) for r in got]),
-                "switches_updated": _pcts([float(r[3]) for r in got]),
+                "installed_ms": percentiles([r[0] for r in got], digits=1),
+                "installed_ms_less_fake_decoding": percentiles([r[1] for r in got], digits=1),
+                "flow_mods": percentiles([float(r[2]) for r in got], digits=1),
+                "switches_updated": percentiles([float(r[3]) for r in got], digits=1),
                 "flow_mods_vs_full_reinstall_max": round(max(r[2] for r in got) / full, 4),
             }
             for kind, got in rows.items()
