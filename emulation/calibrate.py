@@ -42,13 +42,16 @@ def default_path(fabric_name: str) -> Path:
 
 
 def load(fabric_name: str, path: Path | None = None) -> dict[str, Any] | None:
-    """A saved calibration of this fabric, or None (none made yet, or unreadable)."""
+    """A saved calibration of this fabric, or None (none made yet, unreadable, or one that found no clean
+    rate at all: it cannot size anything, and a ratio against zero would be nonsense)."""
     path = path or default_path(fabric_name)
     try:
         data: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if data.get("fabric") != fabric_name or not isinstance(data.get("per_host_pps"), int | float):
+        return None
+    if not data["per_host_pps"] > 0 or not float(data.get("total_pps") or 0) > 0:
         return None
     return data
 

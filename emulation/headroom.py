@@ -260,7 +260,7 @@ def assess(
         result["offered_pps"] = dict(offered_pps)
     if capacity is not None:
         result["capacity_pps"] = {"per_host": capacity["per_host_pps"], "total": capacity["total_pps"]}
-        if offered_pps is not None:
+        if offered_pps is not None and float(capacity["total_pps"]) > 0:  # a zero calibration sizes nothing
             result["offered_vs_capacity"] = round(capacity_ratio(offered_pps, capacity), 3)
     return result
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,22 @@ def degraded_fabrics() -> list[tuple[Fabric, str]]:
             result = degrade(base, fail_links=links, fail_switches=switches, seed=seed)
             cases.append((result.fabric, f"{base.name}-l{links}-s{switches}-seed{seed}"))
     return cases
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite's own `XDG_CACHE_HOME` (inherited by every command a test starts): a calibration made by
+    a test — a documented command run on a busy machine, a deliberately tiny one — must not become the
+    user's (`fabriclab emulate calibrate` saves to ~/.cache/fabriclab, and later runs size from it)."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = saved
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,15 @@ prints them, and the verdict's arithmetic."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from emulation.calibrate import search
+from emulation.calibrate import load, search
 from emulation.headroom import (
     CLEAN_LOSS,
     Counters,
@@ -128,3 +130,14 @@ def test_calibrate_refuses_bad_input_before_building_anything(args: list[str], f
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert field in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_calibration_that_found_no_clean_rate_is_not_used(tmp_path: Path) -> None:
+    """A saved calibration of 0 pkt/s (a machine that lost packets at every rate tried) sizes nothing and
+    would make "offered 6e12x the capacity": loading it gives None, as if there were none."""
+    path = tmp_path / "calibration.json"
+    base = {"fabric": "fat-tree-k4", "per_host_pps": 2200.0, "total_pps": 35200.0}
+    path.write_text(json.dumps(base))
+    assert load("fat-tree-k4", path) == base
+    path.write_text(json.dumps({**base, "per_host_pps": 0.0, "total_pps": 0.0}))
+    assert load("fat-tree-k4", path) is None
