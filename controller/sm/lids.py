@@ -44,8 +44,9 @@ class LidMap:
     endpoints: Mapping[int, Endpoint]  # LID -> endpoint, present ones only
     remembered: Mapping[int, int] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def max_lid(self) -> int:
+        """Computed once (a scan of every LID): hot paths ask for it per destination."""
         return max(self.endpoints, default=0)
 
     def lid(self, node: str, port: int = 0) -> int:

@@ -40,12 +40,10 @@ def make_waves(
     names = subnet.switch_names
     n = len(names)
     old_row = np.array([old.subnet.switch_index.get(name, -1) for name in names], dtype=np.intp)
+    old_max = old.subnet.max_lid  # a property that scans every LID: once, not per destination
+    before, now = old.subnet.lids.endpoints, subnet.lids.endpoints
     lids = np.array(
-        [
-            lid
-            for lid in subnet.dest_lids.tolist()
-            if lid <= old.subnet.max_lid and old.subnet.lids.endpoints.get(lid) == subnet.lids.endpoints[lid]
-        ],
+        [lid for lid in subnet.dest_lids.tolist() if lid <= old_max and before.get(lid) == now[lid]],
         dtype=np.intp,
     )
     if lids.size == 0:
@@ -61,13 +59,14 @@ def make_waves(
     t = nxt[s, col]
     waits = changed[t, col]  # s's new entry leads to t, whose entry for the same destination changes too
     pending = np.array([name in todo for name in names], dtype=bool)
-    edges = {(int(a), int(b)) for a, b in zip(s[waits], t[waits], strict=True) if pending[a] and pending[b]}
-    after: dict[int, set[int]] = {}  # t -> switches waiting for t
+    s, t = s[waits], t[waits]
+    keep = pending[s] & pending[t] & (s != t)
+    pairs = np.unique(s[keep] * n + t[keep])  # one edge per (switch, switch), however many destinations
+    after: dict[int, list[int]] = {}  # t -> switches waiting for t
     blocked = np.zeros(n, dtype=np.intp)
-    for a, b in edges:
-        if a != b:
-            after.setdefault(b, set()).add(a)
-            blocked[a] += 1
+    for a, b in zip((pairs // n).tolist(), (pairs % n).tolist(), strict=True):
+        after.setdefault(b, []).append(a)
+        blocked[a] += 1
     waves: list[frozenset[str]] = []
     ready = [i for i in range(n) if pending[i] and blocked[i] == 0]
     while ready:
