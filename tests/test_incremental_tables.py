@@ -73,14 +73,14 @@ def _check_step(
     old, new = previous.tables, now.tables
     rows, common = _aligned(new, old)
     affected = _affected(old, down, live) & set(common)
-    kept = [lid for lid in common if lid not in affected]
+    kept = np.array([lid for lid in common if lid not in affected], dtype=np.intp)
     assert np.array_equal(new.lft[:, kept], old.lft[np.ix_(rows, kept)]), (what, "kept columns moved")
     moved = sorted(affected)
     assert np.array_equal(new.lft[:, moved], full.lft[:, moved]), (what, "affected != full recomputation")
     fresh = [lid for lid in new.subnet.dest_lids.tolist() if lid not in set(common)]
     assert np.array_equal(new.lft[:, fresh], full.lft[:, fresh]), what
     differs = {lid for lid in common if not np.array_equal(new.lft[:, lid], old.lft[rows, lid])}
-    assert now.changed_lids == differs, what
+    assert now.changed_lids is not None and set(now.changed_lids) == differs, what
 
 
 def _walk(fabric: Fabric, seed: int, steps: int) -> tuple[int, int]:

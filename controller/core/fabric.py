@@ -24,7 +24,7 @@ Rules it keeps:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -67,6 +67,7 @@ from controller.core.state import (
     FabricState,
     PendingRollout,
     RecordKind,
+    RolloutOutcome,
 )
 from controller.core.step import Builder, StateNotSaved, Step, config_of, saved_state
 from controller.sm.intents import (
@@ -265,15 +266,15 @@ class FabricCore:
             if rest:
                 step.emit(Push(done.rollout, rest, Phase.BREAK, Push.timeout_for(rest)))
                 return
-            self._rollout_done(step, _RolloutOutcome(done.rollout, problems, pushed_at, done.done_at,
+            self._rollout_done(step, RolloutOutcome(done.rollout, problems, pushed_at, done.done_at,
                                                  done.done_at))  # fmt: skip
             return
         assert pending.pushed_at is not None and pending.made_at is not None
         problems = {**pending.make_problems, **done.problems}
-        self._rollout_done(step, _RolloutOutcome(done.rollout, problems, pending.pushed_at, pending.made_at,
+        self._rollout_done(step, RolloutOutcome(done.rollout, problems, pending.pushed_at, pending.made_at,
                                              done.done_at))  # fmt: skip
 
-    def _rollout_done(self, step: Builder, done: _RolloutOutcome) -> None:
+    def _rollout_done(self, step: Builder, done: RolloutOutcome) -> None:
         pending = step.state.pending_rollout
         if pending is None or pending.rollout != done.rollout:
             step.log(LogLevel.ERROR, f"rollout {done.rollout} finished but was not pending")
@@ -573,18 +574,6 @@ class FabricCore:
         reason = "; ".join(reasons[:5]) + (f" (+{len(reasons) - 5} more)" if len(reasons) > 5 else "")
         self.rollout(step, RecordKind.ADAPTIVE_MOVE, event.at, only=sorted(decision.changed),
                       reason=reason, moves=decision.moves, policy="adaptive")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class _RolloutOutcome:
-    """A whole rollout as the core records it (all make waves and the break phase): the failed switches
-    and when each phase was confirmed.  Made by the core from its `PushDone`s, never an event."""
-
-    rollout: int
-    problems: Mapping[int, str]
-    pushed_at: float
-    made_at: float
-    done_at: float
 
 
 def _ms(start: float, end: float) -> float:

@@ -183,6 +183,18 @@ class PendingRollout:
 
 
 @dataclass(frozen=True)
+class RolloutOutcome:
+    """A whole rollout as the core records it (all make waves and the break phase): the failed switches
+    and when each phase was confirmed.  Made by the core from its `PushDone`s, never an event."""
+
+    rollout: int
+    problems: Mapping[int, str]
+    pushed_at: float
+    made_at: float
+    done_at: float
+
+
+@dataclass(frozen=True)
 class FabricState:
     config: Config = field(default_factory=Config)
     #: Generation of the current computation (the low 48 bits of every cookie it writes).
