@@ -6,8 +6,11 @@ spraying spreads evenly and so carries more, ftree's static tables are collision
 permutations, adaptive routing beats hashing under a hot spot and loses nothing beyond the failover window
 when a link is cut.  Where an assertion is about what the flows received, it holds for runs the emulator
 carried cleanly (`headroom.emulator_overloaded` false: every lost packet is accounted for by a shaped link):
-a run the emulator overloaded (other work starving OVS on this 2-core machine) is repeated, up to
-`TRIES` times, and the test fails saying so if none is clean — a busy machine is never a pass.
+a run the emulator overloaded (other work starving OVS on this 2-core machine, or a slower machine) is
+repeated, up to `TRIES` times.  If none is clean, what holds at any load is still checked (the report,
+the controller's placement, and that the simulator calls the comparison "not comparable", never "same"),
+and the figures that need a clean run are skipped with the emulator's own reasons: a busy machine is never
+a pass, and never a failure of the code either.
 Rates are a few hundred packets per second in all (see scenarios/permutation-k4.yaml for why).
 """
 
@@ -71,12 +74,19 @@ def compare_clean(
             break
         retry = run_compare(sc, again, out / f"retry{attempt}", reference=reference)
         summary["policies"].update(retry["policies"])
-    dirty = {
-        p: f["headroom"] for p, f in summary["policies"].items() if f["emulator_overloaded"] and p in clean
-    }
-    assert not dirty, f"the emulator was overloaded in {TRIES} runs (machine too busy): {dirty}"
     summary["emulator_overloaded"] = any(f["emulator_overloaded"] for f in summary["policies"].values())
     return summary
+
+
+def require_clean(summary: dict[str, Any], policies: list[str] | None = None) -> None:
+    """Skip the rest of a test when the emulator stayed overloaded for any of `policies` (default: all)."""
+    dirty = {
+        p: [h.get("why") for h in f["headroom"]]
+        for p, f in summary["policies"].items()
+        if f["emulator_overloaded"] and (policies is None or p in policies)
+    }
+    if dirty:
+        pytest.skip(f"the emulator was overloaded in {TRIES} runs of {sorted(dirty)}: {dirty}")
 
 
 POLICIES = ["static", "ecmp", "spray", "adaptive"]
@@ -130,7 +140,9 @@ def test_permutation_ecmp_collides_spray_spreads_and_the_report_is_complete(
     assert ecmp["flows_per_link"]["links_with_2plus_flows"] >= 1 and ecmp["idle_links"] >= 1
     assert static["flows_per_link"]["links_with_2plus_flows"] >= 1  # a random permutation is not a shift
     # spraying: no flow placed on one path, no idle link, an even load, and the receivers saw reordering
-    assert spray["flows_per_link"]["placed_flows"] == 0 and spray["idle_links"] == 0
+    assert spray["flows_per_link"]["placed_flows"] == 0
+    require_clean(summary)  # what the flows received needs runs the emulator carried cleanly
+    assert spray["idle_links"] == 0
     assert spray["max_link_util"] < ecmp["max_link_util"]
     # one path per flow never reorders; spraying may (how much depends on queue differences between the
     # paths at that moment, so only that it is counted is asserted)
@@ -159,6 +171,10 @@ def test_the_simulator_gives_the_emulators_answer_on_the_same_scenario(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     comparison = json.loads((out / "comparison.json").read_text())
+    summary = json.loads((permutation_compare / "summary.json").read_text())
+    if summary["emulator_overloaded"]:
+        assert not comparison["comparable"] and "overloaded" in comparison["why_not"], comparison
+        require_clean(summary)
     assert comparison["comparable"] and comparison["why_not"] is None, comparison["why_not"]
     assert comparison["same_order"] and comparison["agree"], json.dumps(comparison["policies"], indent=1)
     assert comparison["max_rel_diff"] <= 0.15
@@ -175,6 +191,7 @@ def test_static_ftree_is_collision_free_on_a_shift_permutation(daemon: OvsDaemon
     static = summary["policies"]["static"]
     assert static["flows_per_link"] == {"max": 1, "links_with_2plus_flows": 0, "placed_flows": 16,
                                         "sprayed_flows": 0}  # fmt: skip
+    require_clean(summary)
     (headroom,) = static["headroom"]
     # One flow per link at 70 % of it: a shaped link overflows only when a sender delayed by the busy
     # machine catches up in a burst longer than the 4-packet buffer -- rare, never systematic (a collision
@@ -187,6 +204,7 @@ def test_adaptive_beats_ecmp_under_a_hot_spot(daemon: OvsDaemon, tmp_path: Path)
     summary = compare_clean(scenario("hotspot-k4.yaml"), ["ecmp", "adaptive"], tmp_path)
     ecmp, adaptive = summary["policies"]["ecmp"], summary["policies"]["adaptive"]
     assert ecmp["flows_per_link"]["max"] == 3  # the hot spot: three flows hashed onto one uplink
+    require_clean(summary)
     assert adaptive["adaptive_moves"] >= 1
     assert adaptive["aggregate_goodput_mbps"] > 1.15 * ecmp["aggregate_goodput_mbps"], (adaptive, ecmp)
     assert adaptive["lost_packets"] < ecmp["lost_packets"] / 2
@@ -200,6 +218,9 @@ def test_adaptive_loses_nothing_beyond_the_failover_window_when_a_link_is_cut(
 ) -> None:
     summary = compare_clean(scenario("adaptive-failure-k4.yaml"), ["adaptive"], tmp_path)
     run = latest_run(tmp_path, "adaptive")
+    kinds = [e["kind"] for rep in run["repetitions"] for e in rep["events"]]
+    assert "port_down" in kinds and "port_up" in kinds  # the controller saw the cut and the restore
+    require_clean(summary)
     (rep,) = run["repetitions"]
     down, up = (f["wall"] for f in rep["faults"])
     window_s = 0.5  # fast failover on this userspace datapath, measured by benchmarks/controlplane.py
