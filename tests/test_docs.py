@@ -101,7 +101,19 @@ def test_covered_commands_name_tests_that_exist() -> None:
             assert f"def {name}(" in text, f"{where} does not exist"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def _runs_the_emulator(page: Path) -> bool:
+    """A page whose quick commands build an emulated fabric (`emulate calibrate`): its test needs Open
+    vSwitch and the machine's cores to itself, so it is marked `emulation` (run with those, one at a time)."""
+    return any(
+        c.line.startswith("fabriclab emulate") and _covered(c.line) is None for c in page_commands(page)
+    )
+
+
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=[pytest.mark.emulation] if _runs_the_emulator(p) else []) for p in PAGES],
+    ids=lambda p: p.name,
+)
 def test_documented_commands_run_as_shown(page: Path, tmp_path: Path) -> None:
     """In order, in one scratch folder per page (later commands use what earlier ones wrote)."""
     for folder in ("topologies", "scenarios", "sweeps", "tests", "docs"):

@@ -4,8 +4,9 @@ on the emulator, then `fabriclab sim --compare` on its summary.  Both must rank 
 first: it never collides; ftree's static tables collide less than ECMP's hashing on this permutation, or
 tie) and their slowdowns lie close, with DCQCN acting wherever flows collided.
 
-A policy whose run the emulator overloaded is run once more on a fresh fabric; if it is still overloaded
-the comparison says "not comparable" (never "same"), the test checks that, and what holds at any load."""
+A policy whose run the emulator overloaded makes the comparison say "not comparable" (never "same"): the
+test checks that, and what holds at any load.  It is not run again: on the 2-core CI machine a second run
+was overloaded as the first (two CI runs in two), and cost 110 s of a 30-minute budget."""
 
 from __future__ import annotations
 
@@ -17,11 +18,8 @@ from typing import Any
 
 import pytest
 
-from emulation.compare import run_compare
 from emulation.mnfabric import mininet_available
 from fabriclab.cli import main
-from fabriclab.cli.sim import scenario_reference
-from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import ovs_daemon_fixture, require_emulation
 
@@ -33,7 +31,7 @@ POLICIES = ["static", "ecmp", "spray"]
 
 @pytest.fixture(scope="module", name="results")
 def results_fixture(ovs_daemon: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
-    """`fabriclab compare` as a user runs it; overloaded policies once more; then `sim --compare`."""
+    """`fabriclab compare` as a user runs it, then `sim --compare` on its summary."""
     require_emulation(mininet_available())
     out = tmp_path_factory.mktemp("perm-roce")
     done = subprocess.run(
@@ -43,12 +41,6 @@ def results_fixture(ovs_daemon: Any, tmp_path_factory: pytest.TempPathFactory) -
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((out / "emu" / "summary.json").read_text())
-    again = [p for p, f in summary["policies"].items() if f["emulator_overloaded"]]
-    if again:
-        scenario = load_scenario(SCENARIO)
-        retry = run_compare(scenario, again, out / "retry", reference=scenario_reference(scenario))
-        summary["policies"].update(retry["policies"])
-        (out / "emu" / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     code = main(["sim", str(SCENARIO), "--policies", ",".join(POLICIES), "-o", str(out / "sim"),
                  "--compare", str(out / "emu" / "summary.json")])  # fmt: skip
     assert code == 0
@@ -73,7 +65,7 @@ def test_both_instruments_rank_the_policies_alike(results: tuple[dict[str, Any],
     overloaded = [p for p, f in summary["policies"].items() if f["emulator_overloaded"]]
     if overloaded:
         assert not comparison["comparable"] and "overloaded" in comparison["why_not"]
-        pytest.skip(f"the emulator was overloaded under {overloaded} twice: not comparable, and it said so")
+        pytest.skip(f"the emulator was overloaded under {overloaded}: not comparable, and it said so")
     assert comparison["comparable"], comparison["why_not"]
     assert comparison["same_order"], (comparison["sim_order"], comparison["emu_order"])
     # measured 9.9 % apart at most (docs/congestion.md); the test leaves room for DCQCN's random marks

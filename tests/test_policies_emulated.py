@@ -33,7 +33,7 @@ from labspec.scenario import Scenario, load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import require_emulation
 
-TRIES = 3
+TRIES = 2  # one retry: on the 2-core CI machine a third run was as overloaded as the second
 
 
 @pytest.fixture(scope="module")
@@ -194,10 +194,15 @@ def test_static_ftree_is_collision_free_on_a_shift_permutation(daemon: OvsDaemon
     require_clean(summary)
     (headroom,) = static["headroom"]
     # One flow per link at 70 % of it: a shaped link overflows only when a sender delayed by the busy
-    # machine catches up in a burst longer than the 4-packet buffer -- rare, never systematic (a collision
-    # would drop ~30 % of a flow)
-    assert headroom["modelled_congestion_drops"] <= 0.005 * headroom["offered_packets"], headroom
-    assert static["loss_pct"] < 0.5 and static["max_link_util"] < 0.85
+    # machine catches up in a burst longer than the 4-packet buffer -- scattered over flows, never
+    # systematic.  A collision puts 140 % on one link and drops ~30 % of *both* flows on it, so the test
+    # is per flow: every flow loses under 5 % (CI on a slow machine saw 30 scattered drops in 5,376, 0.56 %)
+    flows = [f for rep in latest_run(tmp_path, "static")["repetitions"] for f in rep["flows"]]
+    assert len(flows) == 16
+    worst = max(flows, key=lambda f: int(f["lost"]) / max(1, int(f["sent"])))
+    assert int(worst["lost"]) < 0.05 * int(worst["sent"]), worst
+    assert headroom["modelled_congestion_drops"] <= 0.02 * headroom["offered_packets"], headroom
+    assert static["loss_pct"] < 2.0 and static["max_link_util"] < 0.85
 
 
 def test_adaptive_beats_ecmp_under_a_hot_spot(daemon: OvsDaemon, tmp_path: Path) -> None:

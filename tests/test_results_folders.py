@@ -151,7 +151,7 @@ name: resume
 policies: [static, ecmp]
 workloads: [alltoall]
 fabrics:
-  - {kind: fat-tree, k: 8}
+  - {kind: fat-tree, k: 6}
 seeds: [1, 2, 3, 4, 5, 6, 7, 8]
 size: 1MiB
 """
