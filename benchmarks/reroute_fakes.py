@@ -9,19 +9,25 @@ the fakes' decoding of every message with os-ken's parser (~70 us each), on one 
 adds the switches' own time instead (`flow_rate` of `benchmarks.controlplane`: ~130,000 flow-mods/s per
 switch, in parallel across switches).
 
+Each fabric runs under the interpreter's own garbage-collection policy (`k16_gc_cpython`: the baseline)
+and under the controller's (`k16`: `controller.heap`, what `fabriclab controller` runs by default).
+
     python -m benchmarks.reroute_fakes --out benchmarks/results/reroute-fakes.json [--ks 8,16] [--n 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.out import emit, out_file, percentiles
 from controller.core.events import Event, Phase, PortChange, PortsChanged, Push
+from controller.heap import Heap
 from tests import fakes
 from tests.core_driver import CoreDriver
 from topologies.generators import fat_tree
@@ -34,6 +40,8 @@ class _Timed(CoreDriver):
     cost of the test bench, not of the controller)."""
 
     made_at: float | None = None
+    #: Called once an event is handled (the controller's heap policy, when benchmarked with it).
+    after_feed: Callable[[], None] = staticmethod(lambda: None)
     made_decoding_s = 0.0
     #: The break phase has started (later make pushes belong to another rollout).
     broken = False
@@ -78,6 +86,7 @@ def _feed(driver: _Timed, event: PortsChanged, at: float) -> tuple[float, float,
     driver.made_decoding_s = 0.0
     started = time.perf_counter()
     steps = driver.feed(event, now=at)
+    driver.after_feed()  # as the controller's worker does once an event is handled (not timed)
     made = driver.made_at if driver.made_at is not None else time.perf_counter()
     if driver.made_at is None:
         driver.made_decoding_s = _decoding[0]
@@ -91,13 +100,30 @@ def _feed(driver: _Timed, event: PortsChanged, at: float) -> tuple[float, float,
     )
 
 
-def run(k: int, n: int, seed: int) -> dict[str, Any]:
+def run(k: int, n: int, seed: int, gc_policy: str = "frozen") -> dict[str, Any]:
+    """`gc_policy`: "frozen" is what `fabriclab controller` runs with by default (`controller.heap`: the
+    live heap frozen after every event the worker handles, no automatic full collections); "cpython" is
+    the interpreter's own policy, the baseline."""
+    heap = Heap() if gc_policy == "frozen" else None
+    if heap is not None:
+        heap.install()
+    try:
+        return _run(k, n, seed, heap) | {"gc": gc_policy}
+    finally:
+        if heap is not None:
+            heap.uninstall()
+        gc.collect()
+
+
+def _run(k: int, n: int, seed: int, heap: Heap | None) -> dict[str, Any]:
     fabric: Fabric = fat_tree(k)
     driver = _Timed(fabric)
     started = time.perf_counter()
     driver.start()
     driver.connect_all()
     bring_up_s = time.perf_counter() - started
+    if heap is not None:
+        driver.after_feed = heap.settled
     current = driver.state.current
     assert current is not None
     full = sum(len(p.flows) + len(p.groups) for p in current.programs.values())
@@ -151,12 +177,17 @@ def main() -> int:
     parser.add_argument("--ks", default="8,16")
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--gc", default="cpython,frozen", help="heap policies to run, in this order")
     parser.add_argument("--out", type=out_file)
     args = parser.parse_args()
     report: dict[str, Any] = {
         "benchmark": "reroute_fakes",
         "machine": {"cpus": os.cpu_count(), "load_before": list(os.getloadavg())},
-        "results": {f"k{k}": run(int(k), args.n, args.seed) for k in args.ks.split(",")},
+        "results": {
+            f"k{k}" + ("" if policy == "frozen" else "_gc_cpython"): run(int(k), args.n, args.seed, policy)
+            for k in args.ks.split(",")
+            for policy in args.gc.split(",")
+        },
     }
     report["machine"]["load_after"] = list(os.getloadavg())
     emit(report, args.out)

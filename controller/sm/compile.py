@@ -9,7 +9,7 @@ destinations changed has just those compiled again (`_patch_switch`).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -373,11 +373,18 @@ def _patch_switch(
         stale.add((0, PRIORITY_ROUTE, (("eth_dst", address.mac),)))
         for dscp, _policy in options.classes:
             stale.add((0, PRIORITY_CLASS, match(eth_dst=address.mac, eth_type=ETH_TYPE_IPV4, ip_dscp=dscp)))
-    flows = {key: f for key, f in program.flows.items() if key not in stale}
+    flows = dict(program.flows)
+    replaced = [f for key in stale if (f := flows.pop(key, None)) is not None]
     flows.update((f.key, f) for f in build.flows)
-    used = {a[1] for f in flows.values() for a in f.actions if a[0] == "group"}
-    groups = {gid: g for gid, g in {**program.groups, **build.groups}.items() if gid in used}
+    # a group only the replaced flows used goes; finding one scans the switch's flows, so only then
+    maybe_unused = _groups_of(replaced) - _groups_of(build.flows)
+    unused = maybe_unused - _groups_of(flows.values()) if maybe_unused else set()
+    groups = {gid: g for gid, g in {**program.groups, **build.groups}.items() if gid not in unused}
     return SwitchProgram(program.switch, program.dpid, flows, groups)
+
+
+def _groups_of(flows: Iterable[FlowIntent]) -> set[int]:
+    return {int(a[1]) for f in flows for a in f.actions if a[0] == "group"}
 
 
 __all__ = [

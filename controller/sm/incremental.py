@@ -137,8 +137,12 @@ def _with_kept_ports(subnet: Subnet, alt: U8, lft: U8, kept: npt.NDArray[np.intp
     rows, cols = np.nonzero((lft[:, kept] != NO_PORT) & (lft[:, kept] > 0))
     ports = lft[rows, kept[cols]].astype(np.intp)
     away = rows != target[cols]
-    rows, cols, ports = rows[away], cols[away], ports[away]
-    np.bitwise_or.at(alt, (rows, target[cols], ports // 8), (1 << (7 - ports % 8)).astype(np.uint8))
+    rows, targets, ports = rows[away], target[cols[away]], ports[away]
+    # most kept ports are among the full routing's alternatives already: set only the missing bits
+    bits = (1 << (7 - ports % 8)).astype(np.uint8)
+    missing = (alt[rows, targets, ports // 8] & bits) == 0
+    rows, targets, ports, bits = rows[missing], targets[missing], ports[missing], bits[missing]
+    np.bitwise_or.at(alt, (rows, targets, ports // 8), bits)
     return alt
 
 

@@ -96,7 +96,7 @@ def enforce(
     out: dict[str, SwitchProgram] = {}
     for name, program in programs.items():
         mine = by_switch.get(name, []) if enforcing else []
-        has_layer = any(p in PARTITION_PRIORITIES for _, p, _ in program.flows)
+        has_layer = not program.priorities.isdisjoint(PARTITION_PRIORITIES)
         if not mine and not has_layer:
             out[name] = program
             continue

@@ -151,15 +151,18 @@ def verify(
 
 def alternative_dependencies(tables: RoutingTables) -> I64:
     """Channel dependency codes (c_in * n_channels + c_out) of every path host traffic can take when each
-    switch may forward over any of its alternatives toward the destination's switch."""
+    switch may forward over any of its alternatives toward the destination's switch, sorted.
+
+    A dependency is a channel in and a port out of the switch that channel enters, so the union over
+    destinations is a (channel, port) bitmap: marking it costs a fancy-index store per destination, where
+    hashing each destination's codes (np.unique) was 80 % of a k=16 reroute's verification."""
     subnet = tables.subnet
     chan, n_chan = subnet.switch_channels
-    n, width = subnet.n_switches, subnet.n_ports
+    width = subnet.n_ports
     nbr = subnet.nbr
     is_link = nbr >= 0
-    targets = np.unique(subnet.ep_switch)
-    codes: list[I64] = []
-    for t in targets.tolist():
+    depends = np.zeros((n_chan + 1, width), dtype=bool)
+    for t in np.unique(subnet.ep_switch).tolist():
         allowed = np.unpackbits(tables.alt[:, t, :], axis=1, count=width).astype(bool) & is_link
         allowed[t] = False  # at the destination's switch the packet leaves to a host
         # switches host traffic toward t can reach
@@ -171,22 +174,17 @@ def alternative_dependencies(tables: RoutingTables) -> I64:
             if (grown == used).all():
                 break
             used = grown
-        rows, ports = np.nonzero(allowed & used[:, None])
         if rows.size == 0:
             continue
         mid = nbr[rows, ports]
-        c_in = chan[rows, ports]
         # every way on from each middle switch
-        onward = allowed[mid]  # (edges, width)
-        e_idx, q = np.nonzero(onward)
-        if e_idx.size == 0:
-            continue
-        c_out = chan[mid[e_idx], q]
-        codes.append(np.unique(c_in[e_idx].astype(np.int64) * n_chan + c_out))
-    if not codes:
-        return np.zeros(0, dtype=np.int64)
-    assert n > 0
-    return np.unique(np.concatenate(codes))
+        e_idx, q = np.nonzero(allowed[mid])
+        depends[chan[rows[e_idx], ports[e_idx]], q] = True
+    c_in, q = np.nonzero(depends)
+    enters = np.empty(n_chan + 1, dtype=np.intp)
+    enters[chan[is_link]] = nbr[is_link]
+    codes = c_in.astype(np.int64) * n_chan + chan[enters[c_in], q]
+    return np.sort(codes)
 
 
 def _layered_report(tables: RoutingTables) -> DeadlockReport:

@@ -199,7 +199,6 @@ class FatTreeEngine(RoutingEngine):
                     chosen,
                     degraded[:, target],
                     mask,
-                    rows,
                     target,
                     number,
                     div[rank],
@@ -220,7 +219,6 @@ class FatTreeEngine(RoutingEngine):
         chosen: npt.NDArray[np.uint8],
         degraded: Bool,
         mask: Bool,
-        rows: npt.NDArray[np.intp],
         target: npt.NDArray[np.intp],
         number: I64,
         divisor: I64,
@@ -239,14 +237,19 @@ class FatTreeEngine(RoutingEngine):
         offset by the switch's position so that different switches spread one destination's flows over the
         remaining uplinks instead of all moving to the same one.
         """
-        up = np.maximum(up_count, 1)
-        digit = (number[None, :] // divisor[:, None]) % up[:, None]
-        preferred = np.take_along_axis(up_sorted, digit.astype(np.intp), axis=1)
-        usable = mask[np.arange(rows.size)[:, None], target[None, :], preferred]
-        second = number[None, :] // np.minimum(divisor * up, _DIV_CAP)[:, None] + pos[:, None]
-        fallback = ports[u * most + second % np.maximum(count[u], 1)]
-        repaired = np.where(usable, preferred, fallback).astype(np.uint8)
-        return np.where(degraded, repaired, chosen)
+        # Only the degraded entries are computed (a cable cut degrades a few switches' rows of thousands).
+        r, d = np.nonzero(degraded)
+        up = np.maximum(up_count[r], 1)
+        num = number[d]
+        digit = ((num // divisor[r]) % up).astype(np.intp)
+        preferred = up_sorted[r, digit]
+        usable = mask[r, target[d], preferred]
+        second = num // np.minimum(divisor[r] * up, _DIV_CAP) + pos[r]
+        uu = u[r, d]
+        fallback = ports[uu * most + second % np.maximum(count[uu], 1)]
+        repaired = chosen.copy()
+        repaired[r, d] = np.where(usable, preferred, fallback)
+        return repaired
 
 
 __all__ = ["FatTreeEngine", "destination_numbers", "digit_divisors"]
