@@ -4,7 +4,10 @@ forced to run the emulation tests, settings documented, README's two commands be
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,7 +79,17 @@ def test_test_service_is_isolated_and_must_run_emulation(compose: dict[str, Any]
     test = compose["services"]["test"]
     assert test["network_mode"] == "none"
     assert test["environment"]["FABRICLAB_REQUIRE_EMULATION"] == "1"
-    assert test["command"] == ["python", "-m", "pytest", "-q"]
+    assert test["command"] == ["sh", "tests/suite.sh"]
+    # both phases, the emulation one without -n (one test at a time), and neither can be skipped
+    script = (ROOT / "tests" / "suite.sh").read_text(encoding="utf-8")
+    lines = [line for line in script.splitlines() if line.startswith("python -m pytest")]
+    assert lines == [
+        'python -m pytest -q -m "not emulation" -n "$workers" "$@"',
+        'python -m pytest -q -m emulation "$@"',
+    ]
+    assert 'if [ "$pure" -ne 0 ]; then exit "$pure"; fi' in script and script.rstrip().endswith(
+        'exit "$emulated"'
+    )
     assert test["profiles"] == ["test"]  # not started by `docker compose up`
     assert test["environment"]["FABRICLAB_ARTIFACTS"].startswith("/fabriclab/results/")  # the screenshot
 
@@ -146,3 +159,28 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_them() -> None:
     assert "../shared/ci/prepare-docker.sh --ca-dir docker/certs" in ci
     assert "\ndocker compose run --rm test " in ci  # README's test command, verbatim
     assert "python3 .ci/compose_smoke.py" in ci
+
+
+@pytest.mark.parametrize(
+    ("pure", "emulated", "expected"), [(0, 0, 0), (1, 0, 1), (0, 1, 1), (0, 5, 5), (2, 1, 2)]
+)
+def test_the_suite_runs_both_phases_and_fails_when_either_does(
+    tmp_path: Path, pure: int, emulated: int, expected: int
+) -> None:
+    """tests/suite.sh with a stand-in `python` that records its arguments and exits as told."""
+    fake = tmp_path / "python"
+    fake.write_text(
+        '#!/bin/sh\necho "$*" >> "$CALLS"\n'
+        'case "$*" in *"not emulation"*) exit "$PURE";; *) exit "$EMULATED";; esac\n'
+    )
+    fake.chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "CALLS": str(calls),
+           "PURE": str(pure), "EMULATED": str(emulated), "FABRICLAB_TEST_WORKERS": "3"}  # fmt: skip
+    done = subprocess.run(["sh", str(ROOT / "tests" / "suite.sh"), "-x"], env=env, capture_output=True,
+                          text=True, timeout=30, check=False)  # fmt: skip
+    assert done.returncode == expected, done.stdout + done.stderr
+    assert calls.read_text().splitlines() == [
+        "-m pytest -q -m not emulation -n 3 -x",
+        "-m pytest -q -m emulation -x",
+    ]
