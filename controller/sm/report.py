@@ -109,9 +109,13 @@ def render_report(report: dict[str, Any]) -> str:
         lines.append(f"fallback      {report['fallback']['reason']}")
     if "degraded" in report:
         g = report["degraded"]
+        tiers = g.get("failed_switch_tiers") or {}
+        which = (
+            f" ({', '.join(f'{n} {t}' for t, n in sorted(tiers.items()))}: {', '.join(g['failed_switches'])})"
+        )
         lines.append(
             f"degraded      {len(g['failed_links'])} link(s) and "
-            f"{len(g['failed_switches'])} switch(es) failed "
+            f"{len(g['failed_switches'])} switch(es){which if g['failed_switches'] else ''} failed "
             f"(seed {g['seed']}); {len(g['lost_hosts'])} host(s) cut off"
         )
         if "intact" in g:

@@ -17,10 +17,8 @@ from controller.sm.report import build_report, render_report
 from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
 from controller.sm.verify import verify
-from fabriclab.cli import results
-from fabriclab.cli.common import SEED, CliError, load_fabric
-from topologies.faults import degrade
-from topologies.model import Fabric
+from fabriclab.cli import failures, results
+from fabriclab.cli.common import CliError, load_fabric
 
 EXIT_VERIFY_FAILED = 1
 
@@ -63,15 +61,7 @@ def register(commands: Any) -> None:
         default=None,
         help="evaluate at most this many shifts, evenly spread (default: all)",
     )
-    route.add_argument(
-        "--fail-links",
-        default="0",
-        help="fail this many random switch links first, or a share of them (e.g. 5%%)",
-    )
-    route.add_argument(
-        "--fail-switches", type=int, default=0, help="fail this many random switches without hosts first"
-    )
-    route.add_argument("--seed", type=SEED, default=0, help="seed for --fail-* (default 0)")
+    failures.add_options(route)
     route.add_argument(
         "--sm-node", help="node marked as running the SM in opensm-subnet.lst (default: lowest-LID host)"
     )
@@ -82,27 +72,6 @@ def list_engines(args: argparse.Namespace) -> int:
     for engine in default_registry():
         print(f"{engine.name:<8} {engine.summary}  [deadlock-free: {engine.deadlock_free}]")
     return 0
-
-
-def _link_failures(text: str, fabric: Fabric) -> int:
-    """--fail-links: a count, or a percentage of the switch-to-switch links."""
-    try:
-        if text.endswith("%"):
-            share = float(text[:-1])
-            if not 0 <= share <= 100:
-                raise ValueError
-            switch_links = sum(
-                1
-                for link in fabric.links
-                if fabric.nodes[link.a.node].is_switch and fabric.nodes[link.b.node].is_switch
-            )
-            return round(switch_links * share / 100)
-        count = int(text)
-        if count < 0:
-            raise ValueError
-        return count
-    except ValueError:
-        raise CliError(f"--fail-links must be a count or a percentage (0..100%), got {text!r}") from None
 
 
 def _balance(tables: RoutingTables, max_shifts: int | None) -> dict[str, Any]:
@@ -131,19 +100,10 @@ def cmd_route(args: argparse.Namespace) -> int:
         raise CliError(f"--sm-node: no node {args.sm_node!r} in {args.file}")
     extra: dict[str, Any] = {}
     intact = fabric
-    fail_links = _link_failures(args.fail_links, fabric)
-    if fail_links or args.fail_switches:
-        try:
-            result = degrade(fabric, fail_links, args.fail_switches, args.seed)
-        except ValueError as exc:
-            raise CliError(str(exc)) from None
+    result = failures.degraded(fabric, args)
+    if result is not None:
         fabric = result.fabric
-        extra["degraded"] = {
-            "failed_links": list(result.failed_links),
-            "failed_switches": list(result.failed_switches),
-            "lost_hosts": list(result.lost_hosts),
-            "seed": args.seed,
-        }
+        extra["degraded"] = failures.describe(result, args.seed)
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     if dump_dir is not None:  # fail before routing, not after; nothing is created until the dumps are
         results.check(dump_dir, "route", args.force, "--dump-dir")

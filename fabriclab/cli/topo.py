@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from fabriclab.cli import failures
 from fabriclab.cli.common import SEED, CliError, load_fabric, real, write_text
 from topologies.checks import check_fabric
 from topologies.errors import TopologyError
@@ -84,6 +85,17 @@ def register(commands: Any) -> None:
     exp.add_argument("--format", choices=("auto", "yaml", "ibnet"), default="auto")
     exp.add_argument("-o", "--output", help="output file (default: stdout)")
     exp.set_defaults(handler=cmd_export)
+
+    deg = sub.add_parser(
+        "degrade",
+        help="write a copy of a topology with links and switches failed (the same as route --fail-*)",
+    )
+    deg.add_argument("file")
+    deg.add_argument("--format", choices=("auto", "yaml", "ibnet"), default="auto")
+    failures.add_options(deg)
+    deg.add_argument("--ibnet", action="store_true", help="write ibnetdiscover (what OpenSM/ibsim read)")
+    deg.add_argument("-o", "--output", help="output file (default: stdout)")
+    deg.set_defaults(handler=cmd_degrade)
 
 
 def _generator_params(args: argparse.Namespace) -> dict[str, Any]:
@@ -178,4 +190,24 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     fabric = load_fabric(args.file, args.format)
     write_text(dump_ibnet(fabric, header=f"{fabric.summary()} (exported by fabriclab)"), args.output)
+    return 0
+
+
+def cmd_degrade(args: argparse.Namespace) -> int:
+    """The degraded copy `fabriclab route --fail-*` routes, as a file (for OpenSM, or the emulator)."""
+    fabric = load_fabric(args.file, args.format)
+    result = failures.degraded(fabric, args)
+    if result is None:
+        raise CliError("nothing to fail: give --fail-links and/or --fail-switches")
+    tiers = ", ".join(f"{n} {t}" for t, n in sorted(result.failed_switch_tiers.items()))
+    note = (
+        f"degraded from {args.file} (seed {args.seed}): failed links [{', '.join(result.failed_links)}], "
+        f"switches [{', '.join(result.failed_switches)}]{f' ({tiers})' if tiers else ''}; "
+        f"{len(result.lost_hosts)} host(s) cut off"
+    )
+    if args.ibnet:
+        write_text(dump_ibnet(result.fabric, header=f"{result.fabric.summary()}; {note}"), args.output)
+    else:
+        _write_topology(result.fabric, note, args.output)
+    print(f"fabriclab: {note}", file=sys.stderr)
     return 0
