@@ -105,6 +105,14 @@ def render_report(report: dict[str, Any]) -> str:
         lines.append(f"roots         {', '.join(map(str, info['roots']))} ({info.get('levels')} levels)")
     if info.get("fallback"):
         lines.append(f"fallback      {info['fallback']}")
+    if info.get("repair"):
+        r = info["repair"]
+        lines.append(
+            f"repair        {r['switches_short_of_uplinks']} switch(es) below their tier's uplink count; "
+            f"{r['entries_past_a_lost_uplink']} entries climb past a lost uplink, "
+            f"{r['entries_moved']} of them moved and spread over the uplinks left (the digit is still taken "
+            "over the tier's count)"
+        )
     if "fallback" in report:
         lines.append(f"fallback      {report['fallback']['reason']}")
     if "degraded" in report:

@@ -19,8 +19,10 @@ What makes it work on real fabrics, not just generated ones:
   the destination, ordered by the position of the switch at the far end; positions are assigned top-down
   (roots by GUID, each lower switch after its first parent), so "the j-th uplink" means the same plane of
   the tree on every leaf, whatever the port numbering or GUIDs.
-* The digit names an uplink; when that uplink cannot reach the destination any more (links or switches
-  missing), the next digit, offset per switch, picks among the uplinks that can.  Every destination stays
+* The digit names an uplink, taken over the uplink count the switch's tier was built with (not over the
+  uplinks it has left: modulo fewer, two digits fold onto one uplink); when that uplink is gone or cannot
+  reach the destination any more (links or switches missing), the next digit, offset per switch, picks
+  among the uplinks that can.  Every destination stays
   reachable, balance is best effort, and only the destinations that used a failed part move — a failure
   changes few entries, which keeps incremental updates small.  A pure formula over port numbers would send
   traffic into dead ports.
@@ -169,6 +171,7 @@ class FatTreeEngine(RoutingEngine):
         up_in_order = np.take_along_axis(o.ud.up, order, axis=1)
         up_sorted = np.take_along_axis(order, np.argsort(~up_in_order, axis=1, kind="stable"), axis=1)
         n_up = o.ud.up.sum(axis=1).astype(np.int64)
+        designed = designed_uplinks(n_up, o.rank)
         leaf_target = subnet.has_hosts[None, :]
         candidates = UpDownCandidates(subnet, o.ud, o.hops)
         # Pass 1: every switch's candidate ports (kept whole as the alternatives) and how many it has toward
@@ -180,6 +183,7 @@ class FatTreeEngine(RoutingEngine):
             climbing = o.ud.down_dist[rows] == INF
             strength[rows] = np.where(climbing, mask.sum(axis=2), _STRONG)
         weak = _weak_targets(strength[:n], o.rank)
+        repaired_entries = moved_entries = 0
         for rows in blocks(n, width):
             mask = np.unpackbits(alt[rows], axis=2, count=width).astype(bool)
             if weak.size:
@@ -191,18 +195,22 @@ class FatTreeEngine(RoutingEngine):
             u = uid[:, target]  # (B, D)
             pick = (number32[None, :] // divisor[u]) % np.maximum(count[u], 1)
             chosen = ports[u * most + pick]
-            up_count = n_up[rows]
-            # (B, T): climbing toward a leaf, but some uplink cannot reach it (in an intact tree all can)
+            up_count = designed[rows]
+            # (B, T): climbing toward a leaf, but fewer uplinks reach it than the switch's tier was built
+            # with (some cannot reach it, or are gone); in an intact tree all can
             degraded = ~descending & leaf_target & (o.ud.dist[rows] != INF) & (count[uid] < up_count[:, None])
             if degraded.any():
-                chosen = self._degraded(
+                entries = degraded[:, target]
+                repaired_entries += int(entries.sum())
+                chosen, moved = self._degraded(
                     chosen,
-                    degraded[:, target],
+                    entries,
                     mask,
                     target,
                     number,
                     div[rank],
                     up_count,
+                    n_up[rows],
                     up_sorted[rows],
                     pos[rows],
                     ports,
@@ -210,9 +218,18 @@ class FatTreeEngine(RoutingEngine):
                     count,
                     most,
                 )
+                moved_entries += moved
             lft[rows[0] : rows[-1] + 1, lids] = chosen
         set_local_routes(lft, subnet)
-        return RoutingTables(self.name, subnet, lft, alt, o.describe(subnet))
+        info = o.describe(subnet)
+        short = int((n_up < designed).sum())
+        if short or repaired_entries:
+            info["repair"] = {
+                "switches_short_of_uplinks": short,
+                "entries_past_a_lost_uplink": repaired_entries,
+                "entries_moved": moved_entries,
+            }
+        return RoutingTables(self.name, subnet, lft, alt, info)
 
     @staticmethod
     def _degraded(
@@ -223,33 +240,53 @@ class FatTreeEngine(RoutingEngine):
         number: I64,
         divisor: I64,
         up_count: I64,
+        existing: I64,
         up_sorted: npt.NDArray[np.intp],
         pos: I64,
         ports: npt.NDArray[np.uint8],
         u: npt.NDArray[np.int32],
         count: npt.NDArray[np.int32],
         most: int,
-    ) -> npt.NDArray[np.uint8]:
-        """Entries climbing from a switch where some uplink no longer leads to the destination.
+    ) -> tuple[npt.NDArray[np.uint8], int]:
+        """Entries climbing from a switch where fewer uplinks lead to the destination than its tier was
+        built with (`up_count`; `existing`: the uplinks it still has).
 
-        The digit still names the uplink it would in the intact tree, and keeps it if it still works, so
-        destinations that did not use the failed part keep their routes.  The others take the next digit,
-        offset by the switch's position so that different switches spread one destination's flows over the
-        remaining uplinks instead of all moving to the same one.
+        The digit is taken over the tier's uplink count, as in the intact tree, and names the uplink it
+        would there; that uplink keeps the destination if it exists and still works, so destinations that
+        did not use the failed part keep their routes.  The others (a digit past the uplinks left, or an
+        uplink that cannot reach) take the next digit, offset by the switch's position, so that different
+        switches spread one destination's flows over the remaining uplinks instead of all moving to the
+        same one.  Taking the digit modulo the uplinks left instead folds two digits onto one uplink: with
+        one of k=16's 64 core switches gone, one core-to-aggregation link per pod carried twice the mean.
         """
         # Only the degraded entries are computed (a cable cut degrades a few switches' rows of thousands).
         r, d = np.nonzero(degraded)
         up = np.maximum(up_count[r], 1)
         num = number[d]
         digit = ((num // divisor[r]) % up).astype(np.intp)
-        preferred = up_sorted[r, digit]
-        usable = mask[r, target[d], preferred]
+        exists = digit < existing[r]
+        preferred = up_sorted[r, np.minimum(digit, np.maximum(existing[r] - 1, 0))]
+        usable = exists & mask[r, target[d], preferred]
         second = num // np.minimum(divisor[r] * up, _DIV_CAP) + pos[r]
         uu = u[r, d]
         fallback = ports[uu * most + second % np.maximum(count[uu], 1)]
         repaired = chosen.copy()
         repaired[r, d] = np.where(usable, preferred, fallback)
-        return repaired
+        return repaired, int((~usable).sum())
 
 
-__all__ = ["FatTreeEngine", "destination_numbers", "digit_divisors"]
+def designed_uplinks(n_up: I64, rank: npt.NDArray[np.integer]) -> I64:
+    """Per switch: the uplink count its tier was built with — the most common count in the tier when at
+    least 3/4 of the tier has it (a fat-tree's tiers are uniform; the few below it lost uplinks), else the
+    switch's own (a tier built uneven is taken as it is)."""
+    designed = n_up.copy()
+    for tier in np.unique(rank).tolist():
+        members = rank == tier
+        counts = np.bincount(n_up[members])
+        common = int(counts.argmax())
+        if counts[common] * 4 >= 3 * int(members.sum()):
+            designed[members & (n_up < common)] = common
+    return designed
+
+
+__all__ = ["FatTreeEngine", "designed_uplinks", "destination_numbers", "digit_divisors"]
