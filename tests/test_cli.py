@@ -89,7 +89,7 @@ def test_degraded_routing_from_the_cli(capsys: pytest.CaptureFixture[str]) -> No
         "--report",
     )
     assert code == 0
-    assert "degraded      3 link(s) and 1 switch(es) failed (seed 4)" in out
+    assert "degraded      3 link(s) and 1 switch(es) (1 agg: agg4) failed (seed 4)" in out
     assert "host pairs reachable" in out
 
 

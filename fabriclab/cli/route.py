@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from controller.sm.engines import default_registry, select_engine
+from controller.sm.engines.base import RoutingEngine
+from controller.sm.engines.sssp import MAX_VLS
 from controller.sm.hostorder import format_ca_order
 from controller.sm.opensm import format_lfts, format_subnet_lst
 from controller.sm.quality import quality
 from controller.sm.report import build_report, render_report
 from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
-from controller.sm.verify import verify
+from controller.sm.verify import Verification, verify
 from fabriclab.cli import failures, results
 from fabriclab.cli.common import CliError, load_fabric
 
@@ -53,7 +55,10 @@ def register(commands: Any) -> None:
     )
     route.add_argument("--force", action="store_true", help=results.FORCE_HELP.replace("-o", "--dump-dir"))
     route.add_argument(
-        "--vls", type=int, default=1, help="virtual lanes available for deadlock freedom (default 1)"
+        "--vls",
+        type=int,
+        default=None,
+        help="virtual lanes available for deadlock freedom, 1..15 (default: 1; dfsssp: 8, as OpenSM)",
     )
     route.add_argument(
         "--max-shifts",
@@ -86,13 +91,34 @@ def _balance(tables: RoutingTables, max_shifts: int | None) -> dict[str, Any]:
     return summary
 
 
+def _route(
+    engine: RoutingEngine, subnet: Subnet, vls: int | None
+) -> tuple[RoutingTables, Verification, float]:
+    """Route (the engine given `vls` lanes where it layers) and verify: (tables, verification, seconds)."""
+    if vls is not None:
+        engine = engine.with_lanes(vls)
+    started = time.perf_counter()
+    tables = engine.route(subnet)
+    route_s = time.perf_counter() - started
+    return tables, verify(tables, vls=vls if vls is not None else 1), route_s
+
+
+def _failure(tables: RoutingTables, verification: Verification) -> str:
+    if verification.unreachable_pairs:
+        return f"{verification.unreachable_pairs} host pairs unreachable"
+    if verification.loop_entries or verification.dead_entries:
+        return f"{verification.loop_entries} loop and {verification.dead_entries} dead entries"
+    note = tables.info.get("note")  # the engine's own word (dfsssp: "still cyclic with 8 VL(s)")
+    return str(note) if note else "a channel dependency cycle"
+
+
 def cmd_route(args: argparse.Namespace) -> int:
     registry = default_registry()
     registry.create(args.engine)
     if args.fallback is not None:
         registry.create(args.fallback)
-    if args.vls < 1 or args.vls > 15:
-        raise CliError(f"--vls must be 1..15, got {args.vls}")
+    if args.vls is not None and not 1 <= args.vls <= MAX_VLS:
+        raise CliError(f"--vls must be 1..{MAX_VLS}, got {args.vls}")
     if args.max_shifts is not None and args.max_shifts < 1:
         raise CliError(f"--max-shifts must be >= 1, got {args.max_shifts}")
     fabric = load_fabric(args.file, args.format)
@@ -113,10 +139,16 @@ def cmd_route(args: argparse.Namespace) -> int:
     if fallback is not None:
         print(f"fabriclab: {fallback}", file=sys.stderr)
         extra["fallback"] = {"requested": args.engine, "used": engine.name, "reason": fallback}
-    started = time.perf_counter()
-    tables = engine.route(subnet)
-    route_s = time.perf_counter() - started
-    verification = verify(tables, vls=args.vls)
+    tables, verification, route_s = _route(engine, subnet, args.vls)
+    if not verification.ok and args.fallback is not None and engine.name != args.fallback:
+        # the engine ran but its tables do not verify (dfsssp still cyclic with every lane it was given):
+        # the fallback routes instead, as OpenSM falls back when its engine fails
+        reason = _failure(tables, verification)
+        engine = registry.create(args.fallback)
+        note = f"{args.engine}'s tables failed verification ({reason}); falling back to {engine.name}"
+        print(f"fabriclab: {note}", file=sys.stderr)
+        extra["fallback"] = {"requested": args.engine, "used": engine.name, "reason": note}
+        tables, verification, route_s = _route(engine, subnet, args.vls)
     figures = quality(tables, max_shifts=args.max_shifts) if args.report else None
     if args.report and "degraded" in extra:
         intact_subnet = Subnet.build(intact)
@@ -125,6 +157,9 @@ def cmd_route(args: argparse.Namespace) -> int:
         extra["degraded"]["degraded"] = _balance(tables, args.max_shifts)
     report = build_report(tables, verification, figures, route_s, extra)
 
+    if dump_dir is not None and not verification.ok:
+        print(f"fabriclab: nothing written to {dump_dir}: the tables failed verification", file=sys.stderr)
+        dump_dir = None
     if dump_dir is not None:
         dumps = {
             "opensm-lfts.dump": format_lfts(tables),

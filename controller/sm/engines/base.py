@@ -26,6 +26,10 @@ class RoutingEngine(ABC):
     @abstractmethod
     def route(self, subnet: Subnet) -> RoutingTables: ...
 
+    def with_lanes(self, vls: int) -> RoutingEngine:
+        """This engine allowed `vls` virtual lanes for deadlock freedom (one-lane engines: itself)."""
+        return self
+
     def problem(self, subnet: Subnet) -> str | None:
         """Why this engine should not route `subnet` (None: it can).  `route` still returns valid tables
         where it can (ftree on a ring falls back to a single root), but callers that honour the engine's

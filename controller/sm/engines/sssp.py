@@ -32,6 +32,9 @@ from controller.sm.paths import ShortestCandidates, hop_distances, multi_source_
 from controller.sm.subnet import NO_PORT, U8, Subnet
 from controller.sm.tables import RoutingTables, new_lft, set_local_routes
 
+#: InfiniBand data virtual lanes (VL0-VL14; VL15 is management).
+MAX_VLS = 15
+
 
 class _Levels:
     """Switches grouped by distance to one destination switch, farthest group first (cached per switch)."""
@@ -191,9 +194,18 @@ class DfssspEngine(SsspEngine):
 
     name = "dfsssp"
     summary = "sssp + virtual-lane layers where its routes would deadlock (DFSSSP); any topology"
-    deadlock_free = "any topology (up to 8 VLs)"
-    #: Virtual lanes available for layers (InfiniBand switches commonly offer 8 data VLs).
+    deadlock_free = "any topology (up to --vls lanes, 8 by default, 15 at most)"
+    #: Virtual lanes available for layers by default (InfiniBand switches commonly offer 8 data VLs).
     max_layers = 8
+
+    def __init__(self, max_layers: int = 8) -> None:
+        if not 1 <= max_layers <= MAX_VLS:
+            raise ValueError(f"virtual lanes must be 1..{MAX_VLS}, got {max_layers}")
+        self.max_layers = max_layers
+
+    def with_lanes(self, vls: int) -> DfssspEngine:
+        """Up to `vls` layers (InfiniBand has 15 data VLs; OpenSM's dfsssp uses what the switches offer)."""
+        return type(self)(vls)
 
     def route(self, subnet: Subnet) -> RoutingTables:
         tables = super().route(subnet)
@@ -201,4 +213,4 @@ class DfssspEngine(SsspEngine):
         return RoutingTables(self.name, subnet, tables.lft, tables.alt, info, layers)
 
 
-__all__ = ["DfssspEngine", "SsspEngine"]
+__all__ = ["MAX_VLS", "DfssspEngine", "SsspEngine"]
