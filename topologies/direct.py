@@ -68,18 +68,39 @@ class _Direct:
         return Fabric(name, self.nodes, tuple(self.links), description=description, meta={"generator": meta})
 
 
-def torus(x: int, y: int, hosts_per_switch: int = 1, bw_gbps: float = DEFAULT_BW_GBPS) -> Fabric:
-    """2-D torus of x * y switches."""
+def torus(x: int, y: int, hosts_per_switch: int = 1, bw_gbps: float = DEFAULT_BW_GBPS, z: int = 1) -> Fabric:
+    """2-D torus of x * y switches, or 3-D of x * y * z with `z` >= 3 (`z` = 1: 2-D, names unchanged)."""
     _require(x >= 3 and y >= 3, "generator.x", f"a torus needs at least 3 switches per ring, got {x}x{y}")
-    _require_size(x * y, hosts_per_switch, "generator.x")
-    names = [f"s{i}_{j}" for j in range(y) for i in range(x)]
-    b = _Direct(names, hosts_per_switch, hosts_per_switch + 4, bw_gbps)
-    for j in range(y):
-        for i in range(x):
-            b.cable(f"s{i}_{j}", 1, f"s{(i + 1) % x}_{j}", 2)
-            b.cable(f"s{i}_{j}", 3, f"s{i}_{(j + 1) % y}", 4)
-    params = {"kind": "torus", "x": x, "y": y, "hosts_per_switch": hosts_per_switch, "bw_gbps": bw_gbps}
-    return b.build(f"torus-{x}x{y}", f"2-D torus {x}x{y}, {hosts_per_switch} host(s) per switch", params)
+    _require(z == 1 or z >= 3, "generator.z", f"a 3-D torus needs at least 3 switches per ring, got z={z}")
+    _require_size(x * y * z, hosts_per_switch, "generator.x")
+    if z == 1:
+        names = [f"s{i}_{j}" for j in range(y) for i in range(x)]
+        b = _Direct(names, hosts_per_switch, hosts_per_switch + 4, bw_gbps)
+        for j in range(y):
+            for i in range(x):
+                b.cable(f"s{i}_{j}", 1, f"s{(i + 1) % x}_{j}", 2)
+                b.cable(f"s{i}_{j}", 3, f"s{i}_{(j + 1) % y}", 4)
+        params = {"kind": "torus", "x": x, "y": y, "hosts_per_switch": hosts_per_switch, "bw_gbps": bw_gbps}
+        return b.build(f"torus-{x}x{y}", f"2-D torus {x}x{y}, {hosts_per_switch} host(s) per switch", params)
+    names = [f"s{i}_{j}_{k}" for k in range(z) for j in range(y) for i in range(x)]
+    b = _Direct(names, hosts_per_switch, hosts_per_switch + 6, bw_gbps)
+    for k in range(z):  # ports +1/+2 along x, +3/+4 along y, +5/+6 along z (out, in)
+        for j in range(y):
+            for i in range(x):
+                b.cable(f"s{i}_{j}_{k}", 1, f"s{(i + 1) % x}_{j}_{k}", 2)
+                b.cable(f"s{i}_{j}_{k}", 3, f"s{i}_{(j + 1) % y}_{k}", 4)
+                b.cable(f"s{i}_{j}_{k}", 5, f"s{i}_{j}_{(k + 1) % z}", 6)
+    params = {
+        "kind": "torus",
+        "x": x,
+        "y": y,
+        "z": z,
+        "hosts_per_switch": hosts_per_switch,
+        "bw_gbps": bw_gbps,
+    }
+    return b.build(
+        f"torus-{x}x{y}x{z}", f"3-D torus {x}x{y}x{z}, {hosts_per_switch} host(s) per switch", params
+    )
 
 
 def dragonfly(

@@ -43,9 +43,10 @@ def register(commands: Any) -> None:
     rail.add_argument("--groups", type=int, default=1, help="groups / scalable units (default 1)")
     rail.add_argument("--spines", type=int, default=None, help="spine switches (default: 1:1 with servers)")
     rail.add_argument("--parallel", type=int, default=None, help="links between each leaf and spine")
-    torus = kinds.add_parser("torus", help="2-D torus (hosts on every switch)")
+    torus = kinds.add_parser("torus", help="2-D or 3-D torus (hosts on every switch)")
     torus.add_argument("--x", type=int, required=True)
     torus.add_argument("--y", type=int, required=True)
+    torus.add_argument("--z", type=int, default=1, help="a third dimension, >= 3 (default 1: a 2-D torus)")
     fly = kinds.add_parser("dragonfly", help="dragonfly: all-to-all groups joined by global links")
     fly.add_argument("--groups", type=int, required=True)
     fly.add_argument("--routers", type=int, required=True, help="routers per group")
@@ -103,11 +104,13 @@ def _generator_params(args: argparse.Namespace) -> dict[str, Any]:
         return {"k": args.k, "bw_gbps": args.bw_gbps}
     if args.kind in ("torus", "dragonfly", "random-regular"):
         names = {
-            "torus": ("x", "y"),
+            "torus": ("x", "y", "z"),
             "dragonfly": ("groups", "routers", "globals_per_router"),
             "random-regular": ("switches", "degree", "seed"),
         }[args.kind]
         params = {name: getattr(args, name) for name in names}
+        if params.get("z") == 1:  # a 2-D torus: as it was always generated and written
+            del params["z"]
         return {**params, "hosts_per_switch": args.hosts_per_switch, "bw_gbps": args.bw_gbps}
     if args.kind == "leaf-spine":
         return {
