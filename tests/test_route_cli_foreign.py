@@ -88,6 +88,8 @@ def test_fallback_is_logged_and_used(
         ".fabriclab-result.json",
         "opensm-ftree-ca-order.dump",
         "opensm-lfts.dump",
+        "opensm-path-sl.dump",  # dfsssp assigns lanes: their SLs and SL-to-VL maps are dumped too
+        "opensm-sl2vl.dump",
         "opensm-subnet.lst",
         "report.json",
     ]

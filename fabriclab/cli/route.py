@@ -13,7 +13,8 @@ from controller.sm.engines import default_registry, select_engine
 from controller.sm.engines.base import RoutingEngine
 from controller.sm.engines.sssp import MAX_VLS
 from controller.sm.hostorder import format_ca_order
-from controller.sm.opensm import format_lfts, format_subnet_lst
+from controller.sm.lanedump import check_lanes, format_path_sl, format_sl2vl
+from controller.sm.opensm import DumpError, format_lfts, format_subnet_lst
 from controller.sm.quality import quality
 from controller.sm.report import build_report, render_report
 from controller.sm.subnet import Subnet
@@ -71,6 +72,15 @@ def register(commands: Any) -> None:
         "--sm-node", help="node marked as running the SM in opensm-subnet.lst (default: lowest-LID host)"
     )
     route.set_defaults(handler=cmd_route)
+
+    lanes = commands.add_parser(
+        "check-lanes",
+        help="prove every virtual lane of a route --dump-dir deadlock-free from its files alone",
+        description="Read opensm-subnet.lst, opensm-lfts.dump and opensm-path-sl.dump from DIR, walk every "
+        "route and check each lane's channel dependency graph for a cycle (exit 1 if one has one).",
+    )
+    lanes.add_argument("dir", help="a folder written by route --dump-dir with an engine that uses lanes")
+    lanes.set_defaults(handler=cmd_check_lanes)
 
 
 def list_engines(args: argparse.Namespace) -> int:
@@ -167,6 +177,9 @@ def cmd_route(args: argparse.Namespace) -> int:
             "opensm-ftree-ca-order.dump": format_ca_order(subnet),
             "report.json": json.dumps(report, indent=2) + "\n",
         }
+        if tables.layers is not None:  # an engine that assigns lanes (dfsssp): its SLs and SL-to-VL maps
+            dumps["opensm-sl2vl.dump"] = format_sl2vl(tables)
+            dumps["opensm-path-sl.dump"] = format_path_sl(tables)
         try:  # all files or none: a new folder renamed into place (an earlier `route` dump is replaced)
             with results.results_dir(dump_dir, "route", args.force, "--dump-dir") as folder:
                 for name, text in dumps.items():
@@ -178,11 +191,34 @@ def cmd_route(args: argparse.Namespace) -> int:
     elif args.report or not dump_dir:
         print(render_report(report))
     if dump_dir is not None and not args.json:
-        print(
-            f"wrote {dump_dir}/opensm-lfts.dump, opensm-subnet.lst, opensm-ftree-ca-order.dump, report.json",
-            file=sys.stderr,
-        )
+        print(f"wrote {dump_dir}/{', '.join(dumps)}", file=sys.stderr)
     if not verification.ok:
         print("fabriclab: verification FAILED (see report)", file=sys.stderr)
         return EXIT_VERIFY_FAILED
     return 0
+
+
+def cmd_check_lanes(args: argparse.Namespace) -> int:
+    folder = Path(args.dir)
+    names = ("opensm-subnet.lst", "opensm-lfts.dump", "opensm-path-sl.dump")
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        raise CliError(
+            f"{args.dir}: no {missing[0]} (route --dump-dir writes it for an engine that uses lanes: dfsssp)"
+        )
+    texts = [(folder / name).read_text(encoding="utf-8") for name in names]
+    try:
+        result = check_lanes(*texts)
+    except DumpError as exc:
+        raise CliError(f"{args.dir}: {exc}") from None
+    for problem in result.problems:
+        print(f"problem       {problem}")
+    for lane, count in result.dependencies.items():
+        cycle = result.cycles.get(lane)
+        verdict = (
+            f"CYCLIC: {' -> '.join(cycle[:8])}{' ...' if len(cycle) > 8 else ''}" if cycle else "acyclic"
+        )
+        print(f"lane {lane:<2d}       {count} dependencies, {verdict}")
+    print(f"routes        {result.routes} walked through the dumps; "
+          f"{'every lane acyclic' if result.acyclic else 'NOT deadlock-free'}")  # fmt: skip
+    return 0 if result.acyclic else EXIT_VERIFY_FAILED
