@@ -7,7 +7,9 @@ Fabrics of four kinds, so a result that holds only on fabriclab's own layout sho
   file itself), read through the ibnet importer;
 * relabelled — generated fabrics with ports renumbered, GUIDs shuffled, names anonymised and node and cable
   order shuffled (`topologies.relabel`), through the ibnet format;
-* direct — a 2-D torus, a dragonfly and a random regular graph (no ftree there).
+* damaged — OpenSM's k=16 with one core, one aggregation switch or 5 % of its cables gone (seed 1, as
+  docs/routing.md routes them);
+* direct — a 2-D and a 3-D torus, a dragonfly and a random regular graph (no ftree there).
 
 Each (fabric, engine) runs in a fresh subprocess: the fabric is built, the peak resident set reset
 (/proc/self/clear_refs), then the engine is timed `--repeats` times (fewer when `--budget-s` runs out, at
@@ -53,6 +55,7 @@ from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
 from controller.sm.verify import verify
 from topologies.direct import dragonfly, random_regular, torus
+from topologies.faults import SwitchFailures, degrade
 from topologies.generators import fat_tree, leaf_spine, opensm_fat_tree, rail
 from topologies.ibnet import dump_ibnet, parse_ibnet
 from topologies.model import Fabric
@@ -73,6 +76,15 @@ def _relabelled(fabric: Fabric, seed: int = 1) -> Fabric:
 def _reference_k16() -> Fabric:
     text = gzip.decompress((ROOT / "tests/data/opensm-ft3-k16/fabric.net.gz").read_bytes()).decode()
     return parse_ibnet(text, "opensm-ft3-k16.net")
+
+
+def _damaged(fabric: Fabric, switches: str = "0", links_pct: float = 0.0, seed: int = 1) -> Fabric:
+    """What `fabriclab route --fail-switches SWITCHES --fail-links PCT% --seed SEED` routes."""
+    cables = sum(
+        1 for lk in fabric.links if fabric.nodes[lk.a.node].is_switch and fabric.nodes[lk.b.node].is_switch
+    )
+    damaged = degrade(fabric, round(cables * links_pct / 100), SwitchFailures.parse(switches), seed).fabric
+    return _imported(damaged)
 
 
 CASES: dict[str, tuple[str, Callable[[], Fabric]]] = {
@@ -97,7 +109,12 @@ CASES: dict[str, tuple[str, Callable[[], Fabric]]] = {
         "relabelled",
         lambda: _relabelled(rail(servers=32, gpus=8, groups=4, spines=16, parallel=2)),
     ),
+    # OpenSM's k=16 file damaged the way docs/routing.md names it (tiers from the cabling, seed 1)
+    "osm-k16-core1": ("damaged", lambda: _damaged(_reference_k16(), switches="core:1")),
+    "osm-k16-agg1": ("damaged", lambda: _damaged(_reference_k16(), switches="agg:1")),
+    "osm-k16-5pct": ("damaged", lambda: _damaged(_reference_k16(), links_pct=5.0)),
     "torus6x6": ("direct", lambda: torus(6, 6, hosts_per_switch=2)),
+    "torus4x4x4": ("direct", lambda: torus(4, 4, hosts_per_switch=2, z=4)),
     "dragonfly9x4": ("direct", lambda: dragonfly(9, 4, 2, hosts_per_switch=2)),
     "random64x6": ("direct", lambda: random_regular(64, 6, hosts_per_switch=4, seed=1)),
 }
