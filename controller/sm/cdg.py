@@ -108,7 +108,9 @@ def find_cycles(codes: I64, n_chan: int, alive: npt.NDArray[np.bool_], limit: in
     cycles: list[list[int]] = []
     seen_nodes: set[int] = set()
     for start in np.flatnonzero(alive).tolist():
-        if start in seen_nodes or len(cycles) >= limit:
+        if len(cycles) >= limit:
+            break
+        if start in seen_nodes:
             continue
         path: list[int] = []
         index: dict[int, int] = {}
@@ -180,35 +182,65 @@ class Layering:
 def assign_layers(tables: RoutingTables, max_layers: int) -> Layering:
     """DFSSSP's cycle breaking: while layer L has a cycle, take the edge of that cycle used by the fewest
     routes and move those routes to layer L+1; then go on with L+1.  `acyclic=False` if more than
-    `max_layers` would be needed."""
+    `max_layers` would be needed.
+
+    Each layer's graph is kept as a count of routes per dependency, updated as routes move: the graph of a
+    layer is the dependencies with a count, and the weakest edge of a cycle is the one with the smallest
+    count.  (Rebuilding each layer's graph by hashing its dependencies after every move was 60 % of the
+    time on a random regular graph of 64 switches, 1,857 moves.)"""
     subnet = tables.subnet
     leaves = int(subnet.has_hosts.sum())
     if leaves * int(subnet.dest_is_host.sum()) * 4 > LAYERING_LIMIT:
         return Layering(None, 1, False, "fabric too large for VL layering; only the one-VL check was done")
     codes, owners, n_chan = path_dependencies(tables)
     n_paths = leaves * int(subnet.dest_lids.size)
+    uniq, code_id = np.unique(codes, return_inverse=True)
+    by_route = np.argsort(owners, kind="stable")
+    route_start = np.searchsorted(owners[by_route], np.arange(n_paths + 1))
+    route_codes = code_id[by_route]
+    by_code = np.argsort(code_id, kind="stable")
+    code_start = np.searchsorted(code_id[by_code], np.arange(uniq.size + 1))
+    code_routes = owners[by_code]
     layer = np.zeros(n_paths, dtype=np.int64)
+    count = np.bincount(code_id, minlength=uniq.size)
     for current in range(max_layers):
+        above = np.zeros(uniq.size, dtype=np.int64)
+        core = np.ones(n_chan, dtype=bool)
         while True:
-            mine = layer[owners] == current
-            layer_codes, layer_owners = codes[mine], owners[mine]
-            unique = np.unique(layer_codes)
-            alive = acyclic_core(unique, n_chan)
+            present = uniq[count > 0]
+            # moving routes only removes edges, so the cyclic core only shrinks: peel from the last one
+            # (the core is unique whatever the order of peeling, so the result is the same)
+            inside = present[core[present // n_chan] & core[present % n_chan]]
+            alive = acyclic_core(inside, n_chan) & core
             if not alive.any():
                 break
+            core = alive
             if current == max_layers - 1:
                 return Layering(
                     _per_route(subnet, layer), max_layers, False, f"still cyclic with {max_layers} VL(s)"
                 )
-            cycle = find_cycles(unique, n_chan, alive, limit=1)[0]
+            cycle = find_cycles(present, n_chan, alive, limit=1)[0]
             edges = np.unique([cycle[i] * n_chan + cycle[(i + 1) % len(cycle)] for i in range(len(cycle))])
-            on_cycle = np.isin(layer_codes, edges)
-            weight = np.bincount(np.searchsorted(edges, layer_codes[on_cycle]), minlength=edges.size)
-            weakest = int(edges[int(np.argmin(weight))])
-            layer[np.unique(layer_owners[layer_codes == weakest])] = current + 1
+            ids = np.searchsorted(uniq, edges)
+            weakest = int(ids[int(np.argmin(count[ids]))])
+            routes = code_routes[code_start[weakest] : code_start[weakest + 1]]
+            routes = np.unique(routes[layer[routes] == current])
+            layer[routes] = current + 1
+            moved = _gather(route_codes, route_start, routes)
+            np.subtract.at(count, moved, 1)
+            np.add.at(above, moved, 1)
         if not (layer > current).any():
             return Layering(_per_route(subnet, layer), current + 1, True)
+        count = above
     return Layering(_per_route(subnet, layer), max_layers, True)
+
+
+def _gather(values: I64, start: I64, rows: I64) -> I64:
+    """values[start[r]:start[r+1]] for every r of `rows`, concatenated (a CSR row gather)."""
+    lengths = start[rows + 1] - start[rows]
+    total = int(lengths.sum())
+    offsets = np.repeat(start[rows] - (np.cumsum(lengths) - lengths), lengths)
+    return values[offsets + np.arange(total)]
 
 
 def lanes(tables: RoutingTables, max_layers: int) -> tuple[U8, dict[str, object]]:
