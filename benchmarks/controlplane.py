@@ -274,7 +274,9 @@ def loss_window(failures: int, rate_pps: int, workdir: Path, cut: str = "far") -
                     assert far is not None
                     loads.append(os.getloadavg()[0])
                     samples[mode].append(
-                        _probe_failure(lab, rate_pps, (leaf, out_port), (far.node, far.port), cut)
+                        _probe_change(
+                            lab, (src, dst), rate_pps, (leaf, out_port), (far.node, far.port), cut, up=False
+                        )
                     )
                     since = lab.last_event()
                     _set_cable(lab, (leaf, out_port), (far.node, far.port), cut, up=True)
@@ -356,12 +358,6 @@ def _set_cable(lab: Lab, near: tuple[str, int], far: tuple[str, int], cut: str, 
     """One ioctl per end (no `ip` process to start first: its ~2-3 ms would count as outage)."""
     for end in [far, near] if cut == "both" else [far]:
         set_up(lab.net.veth_of(*end), up)
-
-
-def _probe_failure(
-    lab: Lab, rate: int, near: tuple[str, int], far: tuple[str, int], cut: str
-) -> dict[str, float]:
-    return _probe_change(lab, ("h1", "h16"), rate, near, far, cut, up=False)
 
 
 def _probe_change(

@@ -235,8 +235,6 @@ def test_adaptive_loses_nothing_beyond_the_failover_window_when_a_link_is_cut(
         lost = sum(g["missing"] for g in flow["gaps"] if down - 0.05 <= g["from"] <= down + window_s)
         assert lost <= flow["rate_pps"] * window_s, (flow["name"], lost)
         assert not [g for g in flow["gaps"] if up - 0.05 <= g["from"]], flow["name"]  # link back: no loss
-    kinds = [e["kind"] for e in rep["events"]]
-    assert "port_down" in kinds and "port_up" in kinds
     assert summary["policies"]["adaptive"]["lost_packets"] <= 4 * 24 * window_s
 
 
