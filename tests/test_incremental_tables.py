@@ -108,7 +108,7 @@ def _check_step(
     assert np.array_equal(new.lft[:, kept], old.lft[np.ix_(rows, kept)]), (what, "kept columns moved")
     moved = sorted(affected)
     survives = _still_arrives(old, rows, moved, live, new)
-    expected = np.where(survives, old.lft[np.ix_(rows, np.array(moved, dtype=np.intp))], full.lft[:, moved])
+    expected = np.where(survives, old.lft[np.ix_(rows, moved)], full.lft[:, moved])
     assert np.array_equal(new.lft[:, moved], expected), (what, "affected columns: not kept + recomputed")
     fresh = [lid for lid in new.subnet.dest_lids.tolist() if lid not in set(common)]
     assert np.array_equal(new.lft[:, fresh], full.lft[:, fresh]), what
