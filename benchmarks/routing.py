@@ -54,6 +54,7 @@ from controller.sm.quality import quality
 from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
 from controller.sm.verify import verify
+from fabriclab.cli.failures import link_failures
 from topologies.direct import dragonfly, random_regular, torus
 from topologies.faults import SwitchFailures, degrade
 from topologies.generators import fat_tree, leaf_spine, opensm_fat_tree, rail
@@ -80,11 +81,8 @@ def _reference_k16() -> Fabric:
 
 def _damaged(fabric: Fabric, switches: str = "0", links_pct: float = 0.0, seed: int = 1) -> Fabric:
     """What `fabriclab route --fail-switches SWITCHES --fail-links PCT% --seed SEED` routes."""
-    cables = sum(
-        1 for lk in fabric.links if fabric.nodes[lk.a.node].is_switch and fabric.nodes[lk.b.node].is_switch
-    )
-    damaged = degrade(fabric, round(cables * links_pct / 100), SwitchFailures.parse(switches), seed).fabric
-    return _imported(damaged)
+    links = link_failures(f"{links_pct:g}%", fabric)
+    return _imported(degrade(fabric, links, SwitchFailures.parse(switches), seed).fabric)
 
 
 CASES: dict[str, tuple[str, Callable[[], Fabric]]] = {

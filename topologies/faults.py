@@ -77,6 +77,11 @@ def tier_name(tier: int) -> str:
     return {0: "leaf", 1: "agg", 2: "core"}.get(tier, f"tier{tier}")
 
 
+def tier_counts_text(counts: dict[str, int]) -> str:
+    """`{"agg": 1, "core": 2}` -> "1 agg, 2 core" (reports and file headers say the same)."""
+    return ", ".join(f"{n} {tier}" for tier, n in sorted(counts.items()))
+
+
 def switch_tiers(fabric: Fabric) -> dict[str, int]:
     """Each switch's hops from the nearest switch with hosts (switches no such switch reaches: absent)."""
     neighbours: dict[str, list[str]] = {s.name: [] for s in fabric.switches}
@@ -209,6 +214,7 @@ __all__ = [
     "degrade",
     "largest_component",
     "switch_tiers",
+    "tier_counts_text",
     "tier_name",
     "tier_number",
 ]

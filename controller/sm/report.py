@@ -11,6 +11,7 @@ from typing import Any
 from controller.sm.quality import Quality, TierLoad
 from controller.sm.tables import RoutingTables
 from controller.sm.verify import Verification
+from topologies.faults import tier_counts_text
 
 
 def _tier(t: TierLoad) -> dict[str, Any]:
@@ -117,9 +118,8 @@ def render_report(report: dict[str, Any]) -> str:
         lines.append(f"fallback      {report['fallback']['reason']}")
     if "degraded" in report:
         g = report["degraded"]
-        tiers = g.get("failed_switch_tiers") or {}
         which = (
-            f" ({', '.join(f'{n} {t}' for t, n in sorted(tiers.items()))}: {', '.join(g['failed_switches'])})"
+            f" ({tier_counts_text(g.get('failed_switch_tiers') or {})}: {', '.join(g['failed_switches'])})"
         )
         lines.append(
             f"degraded      {len(g['failed_links'])} link(s) and "

@@ -51,8 +51,9 @@ def register(commands: Any) -> None:
     route.add_argument("--json", action="store_true", help="print the report as JSON")
     route.add_argument(
         "--dump-dir",
-        help="write opensm-lfts.dump, opensm-subnet.lst, opensm-ftree-ca-order.dump and report.json into "
-        "this folder (new, empty or an earlier --dump-dir, which is replaced)",
+        help="write opensm-lfts.dump, opensm-subnet.lst, opensm-ftree-ca-order.dump and report.json (and for "
+        "an engine with lanes opensm-sl2vl.dump, opensm-path-sl.dump) into this folder (new, empty or an "
+        "earlier --dump-dir, which is replaced); nothing if the tables fail verification",
     )
     route.add_argument("--force", action="store_true", help=results.FORCE_HELP.replace("-o", "--dump-dir"))
     route.add_argument(

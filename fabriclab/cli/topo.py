@@ -12,6 +12,7 @@ from fabriclab.cli import failures
 from fabriclab.cli.common import SEED, CliError, load_fabric, real, write_text
 from topologies.checks import check_fabric
 from topologies.errors import TopologyError
+from topologies.faults import tier_counts_text
 from topologies.generators import generate
 from topologies.ibnet import dump_ibnet, load_ibnet
 from topologies.loader import dump_yaml
@@ -202,7 +203,7 @@ def cmd_degrade(args: argparse.Namespace) -> int:
     result = failures.degraded(fabric, args)
     if result is None:
         raise CliError("nothing to fail: give --fail-links and/or --fail-switches")
-    tiers = ", ".join(f"{n} {t}" for t, n in sorted(result.failed_switch_tiers.items()))
+    tiers = tier_counts_text(result.failed_switch_tiers)
     note = (
         f"degraded from {args.file} (seed {args.seed}): failed links [{', '.join(result.failed_links)}], "
         f"switches [{', '.join(result.failed_switches)}]{f' ({tiers})' if tiers else ''}; "
