@@ -20,7 +20,7 @@ from controller.sm.tables import RoutingTables
 from controller.sm.verify import verify
 from topologies.faults import degrade
 from topologies.generators import fat_tree, leaf_spine, opensm_fat_tree, rail
-from topologies.model import Fabric
+from topologies.model import Fabric, PortRef
 from topologies.relabel import relabel
 
 BASES = [
@@ -186,3 +186,57 @@ def test_removed_hosts_are_reported_not_rerouted() -> None:
     assert lid not in result.tables.subnet.dest_lids.tolist()
     others = [other for other in before.subnet.dest_lids.tolist() if other != lid]
     assert np.array_equal(result.tables.lft[:, others], before.lft[:, others])
+
+
+def _first_parent_cables(fabric: Fabric) -> list[int]:
+    """Per switch with an uplink: the cable to its lowest-positioned parent (the one whose loss reordered
+    switches when positions followed each switch's own first parent)."""
+    from controller.sm.hostorder import switch_positions
+    from controller.sm.orientation import orient
+
+    subnet = Subnet.build(fabric)
+    o = orient(subnet, "exclude")
+    pos = switch_positions(subnet, o.rank, o.ud.up)
+    cables = []
+    for s, name in enumerate(subnet.switch_names):
+        ups = np.flatnonzero(o.ud.up[s])
+        if ups.size:
+            port = int(ups[np.argmin(pos[subnet.nbr[s, ups]])])
+            cables.append(fabric.port_map[PortRef(name, port)][0])
+    return cables
+
+
+@pytest.mark.parametrize(
+    "fabric",
+    [opensm_fat_tree(8), relabel(fat_tree(8), 5).fabric, rail(4, 4, groups=2)],
+    ids=lambda f: f.name,
+)
+def test_a_cut_cable_renumbers_nothing_and_moves_only_its_users(fabric: Fabric) -> None:
+    """Losing any uplink — the cable to a switch's first parent too — keeps every switch position and host
+    number (the first parent's cable renumbered a whole pod before) and every other uplink's place in the
+    digit rule (the uplinks after a lost one shifted before), so even ftree's full recomputation moves
+    only the hosts whose routes used the cable.  (Routes toward switch LIDs are spread over the candidates
+    that reach the switch, which a cut can change: they are not held to this.)"""
+    from controller.sm.hostorder import host_order
+
+    router = default_registry().create("ftree")
+    subnet = Subnet.build(fabric)
+    before = router.route(subnet)
+    order = host_order(subnet)
+    cables = [
+        i
+        for i, cable in enumerate(fabric.links)
+        if fabric.nodes[cable.a.node].is_switch and fabric.nodes[cable.b.node].is_switch
+    ]
+    firsts = _first_parent_cables(fabric)
+    assert firsts
+    for index in sorted(set(firsts) | set(cables[::7])):
+        link = fabric.links[index]
+        live = Subnet.build(fabric.without(links=[index]), subnet.lids)
+        after = host_order(live)
+        assert np.array_equal(after.position, order.position), str(link)
+        assert np.array_equal(after.slot, order.slot), str(link)
+        full = router.route(live)
+        users = _users_of(before, link.a.node, link.a.port) | _users_of(before, link.b.node, link.b.port)
+        hosts = {int(lid) for lid in subnet.ep_lids}
+        assert _changed_columns(before, full) & hosts <= users, str(link)

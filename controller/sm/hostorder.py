@@ -8,13 +8,17 @@ from the cabling alone:
 
 * tiers as in `orientation`: roots are the switches farthest from any host-attached switch, a switch's rank
   is its distance from the nearest root, an up-link leads to a smaller rank;
-* switch positions top-down: roots by GUID, then each rank by (position of the first parent, GUID) — so the
-  switches under one parent (a pod's leaves, a plane's aggregation switches) are contiguous;
+* switch positions top-down: roots by GUID, then each rank in groups — switches sharing a parent, directly
+  or through other members (a pod's leaves, a plane's aggregation switches) — ordered by the group's first
+  parent, and by GUID inside a group, so the switches under one parent are contiguous;
 * leaves (switches with hosts) by position, hosts of a leaf by leaf port number.
 
 This is the order OpenSM's indexing produces on OpenSM's own fabrics (`tests/data/opensm-ft3-k4`,
 `opensm-ft3-k16`: there it is also the LID order), it does not depend on names, node order, cable order or
-(apart from parallel cables) port numbers, and a failed link does not reorder it.  `slot` pads every leaf to
+(apart from parallel cables) port numbers, and a failed link does not reorder it: a leaf that loses the
+cable to its first parent stays in its pod's group (ordering each switch by its own first parent moved it
+behind its pod's other leaves, renumbering 640 hosts of OpenSM-layout k=16 and changing 11,101 entries,
+where a cut of any other uplink changes 565).  `slot` pads every leaf to
 the largest number of hosts on a leaf (OpenSM's "dummy" CAs), so a leaf that loses a host does not shift the
 numbers of all the others.
 """
@@ -50,7 +54,8 @@ def up_ports(subnet: Subnet, rank: I32) -> Bool:
 
 
 def switch_positions(subnet: Subnet, rank: I32, up: Bool) -> I64:
-    """Top-down order of switches: roots by GUID, then each rank by (first parent's position, GUID)."""
+    """Top-down order of switches: roots by GUID, then each rank by (its group's first parent, GUID),
+    where a group is the switches of a rank linked by shared parents (see `_parent_groups`)."""
     n = subnet.n_switches
     pos = np.full(n, n, dtype=np.int64)
     far = np.where(subnet.nbr >= 0, subnet.nbr, n)
@@ -58,11 +63,11 @@ def switch_positions(subnet: Subnet, rank: I32, up: Bool) -> I64:
     for r in range(int(rank.max(initial=0)) + 1):
         members = np.flatnonzero(rank == r)
         if r == 0:
-            parent = np.zeros(members.size, dtype=np.int64)
+            key = np.zeros(members.size, dtype=np.int64)
         else:
-            padded = np.append(pos, n)
-            parent = np.where(up[members], padded[far[members]], n).min(axis=1)
-        order = members[np.lexsort((subnet.switch_guids[members], parent))]
+            parents = np.where(up[members], far[members], n)
+            key = _group_first_parent(parents, np.append(pos, n), n)
+        order = members[np.lexsort((subnet.switch_guids[members], key))]
         pos[order] = np.arange(next_pos, next_pos + order.size)
         next_pos += order.size
     unranked = np.flatnonzero(pos == n)  # not connected to a root: last, by GUID
@@ -70,6 +75,73 @@ def switch_positions(subnet: Subnet, rank: I32, up: Bool) -> I64:
         order = unranked[np.argsort(subnet.switch_guids[unranked], kind="stable")]
         pos[order] = np.arange(next_pos, next_pos + order.size)
     return pos
+
+
+def _group_labels(parents: I64, none: int) -> I64:
+    """Per member (row of `parents`: the switch indices of its parents, `none` padding): a label shared by
+    the members connected through shared parents — the smallest member index, spread over parents and
+    back until nothing changes (a pod's leaves share every aggregation switch: one round)."""
+    m, width = parents.shape
+    label = np.arange(m, dtype=np.int64)
+    flat = parents.ravel()
+    while True:
+        lowest = np.full(none + 1, m, dtype=np.int64)
+        np.minimum.at(lowest, flat, np.repeat(label, width))
+        lowest[none] = m
+        grown = np.minimum(label, lowest[parents].min(axis=1, initial=m))
+        if (grown == label).all():
+            return label
+        label = grown
+
+
+def _group_first_parent(parents: I64, padded_pos: I64, none: int) -> I64:
+    """Per member: the smallest parent position in its group (`none` if a member has no parent)."""
+    label = _group_labels(parents, none)
+    first = padded_pos[parents].min(axis=1, initial=none)
+    group_first = np.full(parents.shape[0], none, dtype=np.int64)
+    np.minimum.at(group_first, label, first)
+    result: I64 = group_first[label]
+    return result
+
+
+def uplink_slots(subnet: Subnet, rank: I32, up: Bool, pos: I64) -> tuple[I64, I64]:
+    """(slot[s, p]: which of its group's uplinks port p of switch s is, -1 if not an uplink; per switch,
+    how many uplinks its group has).
+
+    A group's uplinks are the (parent, k-th parallel cable) pairs of all its members, in parent position
+    order; in an intact fat-tree every leaf of a pod has all of them, so the slot is the uplink's index.
+    When a switch loses an uplink its others keep their slots — the index among the uplinks left would
+    shift every uplink after the lost one, and with it the routes that never used the lost cable."""
+    n, width = subnet.n_switches, subnet.n_ports
+    far = np.where(subnet.nbr >= 0, subnet.nbr, n)
+    padded = np.append(pos, n)
+    slots = np.full((n, width), -1, dtype=np.int64)
+    group_uplinks = np.zeros(n, dtype=np.int64)
+    for r in range(1, int(rank.max(initial=0)) + 1):
+        members = np.flatnonzero(rank == r)
+        if members.size == 0:
+            continue
+        parents = np.where(up[members], far[members], n)
+        label = _group_labels(parents, n)
+        for group in np.unique(label).tolist():
+            keys: dict[int, list[tuple[int, tuple[int, int]]]] = {}
+            for s in members[label == group].tolist():
+                ports = np.flatnonzero(up[s])
+                ports = ports[np.lexsort((ports, padded[far[s, ports]]))]
+                seen: dict[int, int] = {}
+                row = []
+                for p in ports.tolist():
+                    parent_pos = int(padded[far[s, p]])
+                    k = seen.get(parent_pos, 0)
+                    seen[parent_pos] = k + 1
+                    row.append((p, (parent_pos, k)))
+                keys[s] = row
+            index = {key: i for i, key in enumerate(sorted({key for row in keys.values() for _, key in row}))}
+            for s, row in keys.items():
+                group_uplinks[s] = len(index)
+                for p, key in row:
+                    slots[s, p] = index[key]
+    return slots, group_uplinks
 
 
 @dataclass(frozen=True)
@@ -137,4 +209,5 @@ __all__ = [
     "top_tier",
     "tree_ranks",
     "up_ports",
+    "uplink_slots",
 ]

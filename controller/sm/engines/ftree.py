@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from controller.sm.engines.base import RoutingEngine
 from controller.sm.engines.common import port_order
-from controller.sm.hostorder import HostOrder, host_order, switch_positions
+from controller.sm.hostorder import HostOrder, host_order, switch_positions, uplink_slots
 from controller.sm.orientation import Orientation, orient
 from controller.sm.paths import UpDownCandidates, blocks
 from controller.sm.subnet import I64, INF, NO_PORT, Bool, Subnet
@@ -168,10 +168,9 @@ class FatTreeEngine(RoutingEngine):
         port_rank = np.empty_like(order)
         np.put_along_axis(port_rank, order, np.broadcast_to(np.arange(width), order.shape), axis=1)
         # Uplinks of each switch in preference order: the "j-th uplink" of the digit rule.
-        up_in_order = np.take_along_axis(o.ud.up, order, axis=1)
-        up_sorted = np.take_along_axis(order, np.argsort(~up_in_order, axis=1, kind="stable"), axis=1)
         n_up = o.ud.up.sum(axis=1).astype(np.int64)
         designed = designed_uplinks(n_up, o.rank)
+        by_slot = _uplinks_by_slot(subnet, o, pos, order, designed)
         leaf_target = subnet.has_hosts[None, :]
         candidates = UpDownCandidates(subnet, o.ud, o.hops)
         # Pass 1: every switch's candidate ports (kept whole as the alternatives) and how many it has toward
@@ -210,8 +209,7 @@ class FatTreeEngine(RoutingEngine):
                     number,
                     div[rank],
                     up_count,
-                    n_up[rows],
-                    up_sorted[rows],
+                    by_slot[rows],
                     pos[rows],
                     ports,
                     u,
@@ -240,8 +238,7 @@ class FatTreeEngine(RoutingEngine):
         number: I64,
         divisor: I64,
         up_count: I64,
-        existing: I64,
-        up_sorted: npt.NDArray[np.intp],
+        by_slot: npt.NDArray[np.intp],
         pos: I64,
         ports: npt.NDArray[np.uint8],
         u: npt.NDArray[np.int32],
@@ -249,7 +246,8 @@ class FatTreeEngine(RoutingEngine):
         most: int,
     ) -> tuple[npt.NDArray[np.uint8], int]:
         """Entries climbing from a switch where fewer uplinks lead to the destination than its tier was
-        built with (`up_count`; `existing`: the uplinks it still has).
+        built with (`up_count`; `by_slot[s, j]`: the port of its j-th uplink as the intact tree numbers
+        them, -1 where that uplink is gone).
 
         The digit is taken over the tier's uplink count, as in the intact tree, and names the uplink it
         would there; that uplink keeps the destination if it exists and still works, so destinations that
@@ -264,8 +262,9 @@ class FatTreeEngine(RoutingEngine):
         up = np.maximum(up_count[r], 1)
         num = number[d]
         digit = ((num // divisor[r]) % up).astype(np.intp)
-        exists = digit < existing[r]
-        preferred = up_sorted[r, np.minimum(digit, np.maximum(existing[r] - 1, 0))]
+        slot_port = by_slot[r, np.minimum(digit, by_slot.shape[1] - 1)]
+        exists = (digit < by_slot.shape[1]) & (slot_port >= 0)
+        preferred = np.maximum(slot_port, 0)
         usable = exists & mask[r, target[d], preferred]
         second = num // np.minimum(divisor[r] * up, _DIV_CAP) + pos[r]
         uu = u[r, d]
@@ -273,6 +272,26 @@ class FatTreeEngine(RoutingEngine):
         repaired = chosen.copy()
         repaired[r, d] = np.where(usable, preferred, fallback)
         return repaired, int((~usable).sum())
+
+
+def _uplinks_by_slot(
+    subnet: Subnet, o: Orientation, pos: I64, order: npt.NDArray[np.intp], designed: I64
+) -> npt.NDArray[np.intp]:
+    """by_slot[s, j]: the port of switch s's j-th uplink (-1: gone).  Slots come from the switch's group
+    (`hostorder.uplink_slots`: a lost uplink leaves the others' numbers alone) where the group has as many
+    uplinks as the tier was built with; elsewhere (a tier built uneven) the uplinks left, in order."""
+    width = subnet.n_ports
+    slots, group_uplinks = uplink_slots(subnet, o.rank, o.ud.up, pos)
+    up_in_order = np.take_along_axis(o.ud.up, order, axis=1)
+    up_sorted = np.take_along_axis(order, np.argsort(~up_in_order, axis=1, kind="stable"), axis=1)
+    n_up = o.ud.up.sum(axis=1)
+    by_slot = np.where(np.arange(width)[None, :] < n_up[:, None], up_sorted, -1).astype(np.intp)
+    grouped = np.flatnonzero(group_uplinks == designed)
+    if grouped.size:
+        rows, ports = np.nonzero(slots[grouped] >= 0)
+        by_slot[grouped] = -1
+        by_slot[grouped[rows], slots[grouped[rows], ports]] = ports
+    return by_slot
 
 
 def designed_uplinks(n_up: I64, rank: npt.NDArray[np.integer]) -> I64:
