@@ -26,6 +26,7 @@ a flow.  Tables become programs in `controller.sm.compile`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -138,6 +139,28 @@ class SwitchProgram:
         """The priorities its flows use: asked of every program on every change (has it a partition
         layer?), and a program object outlives many changes, so it is counted once."""
         return frozenset(priority for _, priority, _ in self.flows)
+
+    @cached_property
+    def group_users(self) -> Counter[int]:
+        """How many of its flows send to each group (a group no flow uses is deleted)."""
+        return Counter(int(a[1]) for f in self.flows.values() for a in f.actions if a[0] == "group")
+
+    def patched(
+        self,
+        flows: Mapping[FlowKey, FlowIntent],
+        groups: Mapping[int, GroupIntent],
+        priorities: frozenset[int] | None = None,
+        group_users: Counter[int] | None = None,
+    ) -> SwitchProgram:
+        """This switch with other flows and groups; `priorities` and `group_users`, when the caller knows
+        them from this program's and what it changed (a patch touches a few flows of thousands), are not
+        counted again."""
+        program = SwitchProgram(self.switch, self.dpid, flows, groups)
+        if priorities is not None:
+            program.__dict__["priorities"] = priorities
+        if group_users is not None:
+            program.__dict__["group_users"] = group_users
+        return program
 
 
 @dataclass(frozen=True)

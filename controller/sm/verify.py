@@ -17,9 +17,13 @@ alternatives toward the destination (plus the table's own entries), which must b
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from controller.sm.cdg import (
     acyclic_core,
@@ -155,36 +159,93 @@ def alternative_dependencies(tables: RoutingTables) -> I64:
 
     A dependency is a channel in and a port out of the switch that channel enters, so the union over
     destinations is a (channel, port) bitmap: marking it costs a fancy-index store per destination, where
-    hashing each destination's codes (np.unique) was 80 % of a k=16 reroute's verification."""
+    hashing each destination's codes (np.unique) was 80 % of a k=16 reroute's verification.  Each
+    destination switch's bitmap is remembered (`_TargetCache`): after a cable cut most destination
+    switches' alternatives are what they were, and their bitmaps are taken, not walked again."""
     subnet = tables.subnet
     chan, n_chan = subnet.switch_channels
-    width = subnet.n_ports
+    n, width = subnet.n_switches, subnet.n_ports
     nbr = subnet.nbr
     is_link = nbr >= 0
-    depends = np.zeros((n_chan + 1, width), dtype=bool)
+    common = np.packbits(subnet.has_hosts).tobytes() + np.array([n, width], dtype=np.int64).tobytes()
+    union = np.zeros((n * width, (width + 7) // 8), dtype=np.uint8)
     for t in np.unique(subnet.ep_switch).tolist():
         allowed = np.unpackbits(tables.alt[:, t, :], axis=1, count=width).astype(bool) & is_link
         allowed[t] = False  # at the destination's switch the packet leaves to a host
-        # switches host traffic toward t can reach
-        used = subnet.has_hosts.copy()
-        while True:
-            rows, ports = np.nonzero(allowed & used[:, None])
-            grown = used.copy()
-            grown[nbr[rows, ports]] = True
-            if (grown == used).all():
-                break
-            used = grown
-        if rows.size == 0:
-            continue
+        key = hashlib.blake2b(
+            common + np.packbits(allowed).tobytes() + np.where(allowed, nbr, -1).astype(np.int32).tobytes(),
+            digest_size=16,
+        ).digest()
+        bitmap = _TARGETS.get(key)
+        if bitmap is None:
+            bitmap = _target_dependencies(subnet, allowed)
+            _TARGETS.put(key, bitmap)
+        union |= bitmap
+    sp, q = np.nonzero(np.unpackbits(union, axis=1, count=width))
+    rows, ports = sp // width, sp % width
+    c_in = chan[rows, ports]
+    codes = c_in.astype(np.int64) * n_chan + chan[nbr[rows, ports], q]
+    return np.sort(codes)
+
+
+def _target_dependencies(subnet: Subnet, allowed: npt.NDArray[np.bool_]) -> npt.NDArray[np.uint8]:
+    """Packed bitmap [upstream switch * width + its port, out port of the switch that port leads to] of
+    every dependency host traffic toward one destination switch can create over `allowed`."""
+    n, width = subnet.n_switches, subnet.n_ports
+    nbr = subnet.nbr
+    depends = np.zeros((n * width, width), dtype=bool)
+    # switches host traffic toward the destination can reach
+    used = subnet.has_hosts.copy()
+    while True:
+        rows, ports = np.nonzero(allowed & used[:, None])
+        grown = used.copy()
+        grown[nbr[rows, ports]] = True
+        if (grown == used).all():
+            break
+        used = grown
+    if rows.size:
         mid = nbr[rows, ports]
         # every way on from each middle switch
         e_idx, q = np.nonzero(allowed[mid])
-        depends[chan[rows[e_idx], ports[e_idx]], q] = True
-    c_in, q = np.nonzero(depends)
-    enters = np.empty(n_chan + 1, dtype=np.intp)
-    enters[chan[is_link]] = nbr[is_link]
-    codes = c_in.astype(np.int64) * n_chan + chan[enters[c_in], q]
-    return np.sort(codes)
+        depends[rows[e_idx] * width + ports[e_idx], q] = True
+    packed: npt.NDArray[np.uint8] = np.packbits(depends, axis=1)
+    return packed
+
+
+class _TargetCache:
+    """Per destination switch dependency bitmaps, by a digest of everything they depend on (the allowed
+    ports, where they lead, which switches have hosts); least recently used dropped past `limit_bytes`."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self._items: OrderedDict[bytes, npt.NDArray[np.uint8]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        #: Lookups answered from the cache (for tests and benchmarks).
+        self.hits = 0
+
+    def get(self, key: bytes) -> npt.NDArray[np.uint8] | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+            return value
+
+    def put(self, key: bytes, value: npt.NDArray[np.uint8]) -> None:
+        with self._lock:
+            if key in self._items or value.nbytes > self.limit_bytes:
+                return
+            self._items[key] = value
+            self._bytes += value.nbytes
+            while self._bytes > self.limit_bytes:
+                _, dropped = self._items.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+
+#: k=16: 11.6 KB per destination switch, 1.5 MB per fabric; k=32: 211 KB, 108 MB (more than the limit:
+#: there every verification walks again, as without the cache).
+_TARGETS = _TargetCache(64 << 20)
 
 
 def _layered_report(tables: RoutingTables) -> DeadlockReport:
