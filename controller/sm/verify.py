@@ -17,8 +17,8 @@ alternatives toward the destination (plus the table's own entries), which must b
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -214,33 +214,36 @@ def _target_dependencies(subnet: Subnet, allowed: npt.NDArray[np.bool_]) -> npt.
 
 class _TargetCache:
     """Per destination switch dependency bitmaps, by a digest of everything they depend on (the allowed
-    ports, where they lead, which switches have hosts); least recently used dropped past `limit_bytes`."""
+    ports, where they lead, which switches have hosts); least recently used dropped past `limit_bytes`.
+    No lock (the core owns no threads): two verifications at once can at worst miss a hit or drop an
+    extra entry, never return a wrong bitmap (a key names its contents)."""
 
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
         self._items: OrderedDict[bytes, npt.NDArray[np.uint8]] = OrderedDict()
         self._bytes = 0
-        self._lock = threading.Lock()
         #: Lookups answered from the cache (for tests and benchmarks).
         self.hits = 0
 
     def get(self, key: bytes) -> npt.NDArray[np.uint8] | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
+        value = self._items.get(key)
+        if value is not None:
+            self.hits += 1
+            with contextlib.suppress(KeyError):
                 self._items.move_to_end(key)
-                self.hits += 1
-            return value
+        return value
 
     def put(self, key: bytes, value: npt.NDArray[np.uint8]) -> None:
-        with self._lock:
-            if key in self._items or value.nbytes > self.limit_bytes:
-                return
-            self._items[key] = value
-            self._bytes += value.nbytes
-            while self._bytes > self.limit_bytes:
+        if key in self._items or value.nbytes > self.limit_bytes:
+            return
+        self._items[key] = value
+        self._bytes += value.nbytes
+        while self._bytes > self.limit_bytes and self._items:
+            try:
                 _, dropped = self._items.popitem(last=False)
-                self._bytes -= dropped.nbytes
+            except KeyError:
+                break
+            self._bytes -= dropped.nbytes
 
 
 #: k=16: 11.6 KB per destination switch, 1.5 MB per fabric; k=32: 211 KB, 108 MB (more than the limit:
