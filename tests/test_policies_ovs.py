@@ -181,19 +181,27 @@ def test_adaptive_moves_sprayed_traffic_off_an_uplink_a_pinned_flow_fills(rig: R
     probe = [sys.executable, "-m", "emulation.probe", "send", ip, "7000"]
     pinned = rig.net.popen("h1", [*probe, "600", "6", "1000", "--sport", "50001"], stdout=subprocess.PIPE)
     sprayed = rig.net.popen("h2", [*probe, "600", "6", "1000", "--spray", "0"], stdout=subprocess.PIPE)
+
+    def adaptive_moves() -> list[dict[str, Any]]:
+        return [e for e in rig.controller.get(f"events?since={since}") if e["kind"] == "adaptive_move"]
+
     try:
+        # leaf1 and the aggregation switch the pinned flow climbs through are both hot; which one's samples
+        # cross the threshold first depends on when each switch's counters were read (CI once saw agg2's
+        # move first), so wait for the move on leaf1
         moves = wait_for(
-            lambda: [e for e in rig.controller.get(f"events?since={since}") if e["kind"] == "adaptive_move"],
-            8,
-            "an adaptive move",
+            lambda: [e for e in adaptive_moves() if "leaf1:" in e["reason"]], 8, "an adaptive move on leaf1"
         )
     finally:
         pinned.wait(30)
         sprayed.wait(30)
-    first = moves[0]  # leaf1 (and the aggregation switch the pinned flow climbs through) is hot
-    assert "leaf1:" in first["reason"] and "> 60%" in first["reason"], first
+    first = moves[0]
+    assert "> 60%" in first["reason"], first
     assert any(m.startswith("leaf1: ") for m in first["moves"]), first
-    assert first["flow_mods"] <= 8 * first["switches_updated"] and first["failed_switches"] == {}
+    # every move up to leaf1's, on whichever switch, names a hot port and updates few flows
+    for move in (m for m in adaptive_moves() if m["id"] <= first["id"]):
+        assert "> 60%" in move["reason"] and move["moves"], move
+        assert move["flow_mods"] <= 8 * move["switches_updated"] and move["failed_switches"] == {}, move
     view = rig.controller.get("routing/policy")
     assert view["moves"] >= 1 and view["samples"] > 10
     rig.controller.ready(SWITCHES)
