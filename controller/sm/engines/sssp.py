@@ -27,6 +27,8 @@ import numpy.typing as npt
 from controller.sm.cdg import lanes
 from controller.sm.engines.base import RoutingEngine
 from controller.sm.engines.common import TargetMasks, alternatives, port_order
+from controller.sm.engines.sssp_scalar import Candidates
+from controller.sm.engines.sssp_scalar import balance as scalar_balance
 from controller.sm.hostorder import host_order
 from controller.sm.paths import ShortestCandidates, hop_distances, multi_source_distances
 from controller.sm.subnet import NO_PORT, U8, Subnet
@@ -77,6 +79,16 @@ def _worst_tier_imbalance(load: npt.NDArray[np.float64], tier: npt.NDArray[np.in
     return worst
 
 
+def _candidates_per_level(dist: U8, alt: U8) -> float:
+    """Shortest-path ports per (destination switch, distance level): how wide the vector form's steps are."""
+    ordered = np.sort(dist, axis=0)
+    reachable = (ordered > 0) & (ordered < 255)
+    starts = np.ones_like(reachable)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    levels = int((starts & reachable).sum())
+    return float(np.unpackbits(alt).sum()) / max(1, levels)
+
+
 def _orders(subnet: Subnet) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """(destination indices in routing order, per switch its ports in preference order).
 
@@ -101,6 +113,12 @@ class SsspEngine(RoutingEngine):
     #: Extra rip-up-and-reroute rounds when a tier stays unbalanced, and what counts as balanced.
     max_refinements = 3
     balanced = 1.01
+    #: The balancing loop runs in plain Python (`sssp_scalar`, same tables) on fabrics of up to this many
+    #: switches whose distance levels hold at most `scalar_candidates_per_level` shortest-path ports on
+    #: average: there, fixed per-level costs of array operations outweigh the arithmetic they do (6x6
+    #: torus 49 -> 10 ms, random regular 64x6 135 -> 48 ms; k=8 fat-tree, 64 per level: 20 vs 28 ms).
+    scalar_up_to = 256
+    scalar_candidates_per_level = 48.0
 
     def route(self, subnet: Subnet) -> RoutingTables:
         n = subnet.n_switches
@@ -132,6 +150,24 @@ class SsspEngine(RoutingEngine):
         path_cost = np.zeros(n + 1, dtype=np.float64)
         tier = _tiers(subnet, channel, n_channels)
 
+        if n <= self.scalar_up_to and _candidates_per_level(dist, alt) <= self.scalar_candidates_per_level:
+            every_mask = np.unpackbits(alt, axis=2, count=subnet.n_ports).astype(bool)
+            candidates = Candidates(dist, every_mask, preference, channel, weight, next_switch)
+            scalar_balance(
+                candidates,
+                order.tolist(),
+                subnet.dest_lids.tolist(),
+                subnet.dest_switch.tolist(),
+                subnet.dest_is_host.tolist(),
+                host_sources.tolist(),
+                n,
+                n_channels,
+                1 + self.max_refinements,
+                lambda host_load: _worst_tier_imbalance(host_load, tier),
+                self.balanced,
+                lft,
+            )
+            return self._finish(subnet, dist, lft, alt)
         host_load = np.zeros_like(load)  # the part of `load` that host traffic puts there
 
         def push(
@@ -175,6 +211,9 @@ class SsspEngine(RoutingEngine):
             if imbalance <= self.balanced or imbalance >= previous - 1e-9:
                 break
             previous = imbalance
+        return self._finish(subnet, dist, lft, alt)
+
+    def _finish(self, subnet: Subnet, dist: U8, lft: U8, alt: U8) -> RoutingTables:
         unreachable = dist == 255
         if unreachable.any():
             rows, cols = np.nonzero(unreachable[:, subnet.dest_switch])
