@@ -30,9 +30,12 @@ from emulation.controlproc import ControllerProcess
 from emulation.headroom import CLEAN_LOSS, assess, snapshot
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric, Scale
+from emulation.probe import START_MARGIN_S, release
 from topologies.model import Fabric
 
 BASE_PORT = 7000
+#: Receivers stop this long after the senders end (packets still in flight).
+RECEIVE_GRACE_S = 1.0
 Progress = Callable[[str], None]
 
 
@@ -91,23 +94,33 @@ def measure_step(net: MininetFabric, pairs: list[tuple[str, str]], rate_pps: flo
     ip_of = {host: ip for (host, _), (_, ip) in net.addresses.items()}
     hosts = net.headroom_hosts()
     before = snapshot(net.switch_interfaces(), hosts)
-    receivers = []
-    for i, (_, dst) in enumerate(pairs):
-        argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(seconds + 1.5)]
-        receivers.append(net.popen(dst, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    receivers: list[subprocess.Popen[str]] = []
+    senders: list[subprocess.Popen[str]] = []
+    pipes: dict[str, Any] = {
+        "stdin": subprocess.PIPE,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.DEVNULL,
+    }
     try:
+        for i, (_, dst) in enumerate(pairs):
+            argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(seconds + 120),
+                    "0.1", "--wait-end"]  # fmt: skip
+            receivers.append(net.popen(dst, argv, text=True, **pipes))
         for proc in receivers:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        senders = [
-            net.popen(src, [sys.executable, "-m", "emulation.probe", "send", ip_of[dst], str(BASE_PORT + i),
-                            str(rate_pps), str(seconds), str(size_bytes)],
-                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            for i, (src, dst) in enumerate(pairs)
-        ]  # fmt: skip
+        for i, (src, dst) in enumerate(pairs):
+            argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[dst], str(BASE_PORT + i),
+                    str(rate_pps), str(seconds), str(size_bytes), "--wait-go"]  # fmt: skip
+            senders.append(net.popen(src, argv, text=True, **pipes))
+        for proc in senders:  # every sender started and its socket open: none starts late
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        at = time.time() + START_MARGIN_S
+        release(senders, at)
+        release(receivers, at + seconds + RECEIVE_GRACE_S)
         sent = sum(int(json.loads(p.communicate(timeout=seconds + 60)[0])["sent"]) for p in senders)
         results = [json.loads(p.communicate(timeout=seconds + 60)[0]) for p in receivers]
     finally:
-        for proc in receivers:
+        for proc in receivers + senders:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()

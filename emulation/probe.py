@@ -1,7 +1,16 @@
 """Sequence-numbered UDP probe flows, run inside emulated hosts (`python -m emulation.probe ...`).
 
     probe send DST_IP PORT RATE_PPS DURATION_S [SIZE_BYTES] [--sport N | --spray OFFSET] [--dscp N]
-    probe recv PORT DURATION_S [BUCKET_S]                     # prints the receiver's record (JSON)
+               [--wait-go]
+    probe recv PORT DURATION_S [BUCKET_S] [--wait-end]        # prints the receiver's record (JSON)
+
+`--wait-go` (sender) and `--wait-end` (receiver) take their times from the run: the sender prints `ready`
+once its socket is open and waits for a line on stdin with the wall-clock time (seconds since the epoch)
+to start sending at; the receiver, once `ready`, stops at the time a line on stdin gives (DURATION_S is
+then only a cap).  Without them a flow starts when its process does and a receiver stops DURATION_S after
+its own start — and on a loaded 2-core machine sixteen Python processes take seconds to start one after
+another: `emulate calibrate` read the senders that started last as loss (4.8 s of skew at 1,000 pkt/s per
+host; a k=4 "capacity" of 9.4 pkt/s per host).  `release` writes those lines.
 
 `--sport N` sends from a fixed source port (a flow's entropy, chosen by the run so that hash placement is
 the same every time); `--spray OFFSET` gives every packet another source port (`traffic.entropy`), as a
@@ -21,16 +30,23 @@ thread and cause the loss they are meant to measure).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import socket
 import struct
+import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from traffic.entropy import spray_sport
 from traffic.fastpath import receive_buffer
+
+#: How long after the last probe is ready a run starts its clock (`release`): time to write every line.
+START_MARGIN_S = 0.25
 
 _HEADER = struct.Struct("!Qd")  # sequence number, send time
 #: Packet k leaves at a seeded random point of its slot [k, k + 1) x interval: exactly the rate on average,
@@ -49,8 +65,10 @@ def send(
     sport: int | None = None,
     spray: int | None = None,
     dscp: int = 0,
+    go: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
-    """`size` is the UDP payload.  With `sport` or `spray` (an offset into the spray sequence) the UDP header
+    """`go`: called once the socket is open, returns the wall-clock time to start at (`--wait-go`).
+    `size` is the UDP payload.  With `sport` or `spray` (an offset into the spray sequence) the UDP header
     is ours: a fixed source port, or another one for every packet."""
     raw = sport is not None or spray is not None
     if raw:
@@ -64,6 +82,9 @@ def send(
     length = _UDP.size + _HEADER.size + len(pad)
     rng = random.Random(f"{dst}:{port}:{sport}:{spray}")
     offset = [rng.random() for _ in range(JITTER_SLOTS)]
+    if go is not None:
+        at = go()
+        time.sleep(max(0.0, at - time.time()))
     wall0, start = time.time(), time.perf_counter()
     end = start + duration_s
     seq = errors = 0
@@ -94,14 +115,31 @@ def send(
             "send_errors": errors, "dscp": dscp}  # fmt: skip
 
 
-def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = None) -> dict[str, Any]:
+def receive(
+    port: int,
+    duration_s: float,
+    bucket_s: float = 0.1,
+    ready: Any = None,
+    end_at: Callable[[], float] | None = None,
+) -> dict[str, Any]:
+    """`end_at` (`--wait-end`): blocks until the run says when to stop (a wall-clock time); it is called on
+    a thread of its own while packets are received, and `duration_s` caps the wait."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     receive_buffer(sock, 8 << 20)
     sock.bind(("0.0.0.0", port))
     sock.settimeout(0.1)
     if ready is not None:
         ready()
-    end = time.monotonic() + duration_s
+    deadline = [time.monotonic() + duration_s]
+    if end_at is not None:
+        cap = deadline[0]
+
+        def told() -> None:
+            with contextlib.suppress(ValueError, OSError):
+                at = end_at()
+                deadline[0] = min(cap, time.monotonic() + (at - time.time()))
+
+        threading.Thread(target=told, name="end-at", daemon=True).start()
     last_seq, last_time = -1, 0.0
     received = out_of_order = reorder_max = 0
     last_arrival = 0.0
@@ -110,7 +148,7 @@ def receive(port: int, duration_s: float, bucket_s: float = 0.1, ready: Any = No
     gaps: list[dict[str, float]] = []
     delays: list[float] = []
     first = None
-    while time.monotonic() < end:
+    while time.monotonic() < deadline[0]:
         try:
             data = sock.recv(65536)
         except TimeoutError:
@@ -158,6 +196,26 @@ def _percentiles(delays: list[float]) -> dict[str, float] | None:
     return {"p50": at(0.5), "p99": at(0.99), "max": round(1000 * ordered[-1], 3)}
 
 
+def _told_time(announce: str | None) -> Callable[[], float]:
+    """Print `announce` (if any), then read a wall-clock time from stdin (ValueError if there is none)."""
+
+    def read() -> float:
+        if announce is not None:
+            print(announce, flush=True)
+        return float(sys.stdin.readline())
+
+    return read
+
+
+def release(procs: Iterable[subprocess.Popen[str]], at: float) -> None:
+    """Tell probes started with `--wait-go` when to start, or with `--wait-end` when to stop."""
+    for proc in procs:
+        if proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError, OSError):  # a probe that died reports its own error
+                proc.stdin.write(f"{at!r}\n")
+                proc.stdin.flush()
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "send":
         sport = spray = None
@@ -171,12 +229,22 @@ def main(argv: list[str]) -> int:
         if "--spray" in argv:
             spray = int(argv.pop(argv.index("--spray") + 1))
             argv.remove("--spray")
+        go = None
+        if "--wait-go" in argv:
+            argv.remove("--wait-go")
+            go = _told_time("ready")
         size = int(argv[5]) if len(argv) > 5 else 64
-        result = send(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), size, sport, spray, dscp)
+        result = send(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), size, sport, spray, dscp, go)
         print(json.dumps(result), flush=True)
     elif argv[0] == "recv":
+        end_at = None
+        if "--wait-end" in argv:
+            argv.remove("--wait-end")
+            end_at = _told_time(None)
         bucket = float(argv[3]) if len(argv) > 3 else 0.1
-        result = receive(int(argv[1]), float(argv[2]), bucket, ready=lambda: print("ready", flush=True))
+        result = receive(
+            int(argv[1]), float(argv[2]), bucket, ready=lambda: print("ready", flush=True), end_at=end_at
+        )
         print(json.dumps(result), flush=True)
     else:
         print(__doc__, file=sys.stderr)

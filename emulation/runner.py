@@ -23,7 +23,7 @@ from typing import Any
 
 from controller.formats.partitions_file import load_partitions
 from controller.sm.manager import SubnetManager
-from emulation import ccrun, isolation, rocerun
+from emulation import ccrun, isolation, probe, rocerun
 from emulation.controlproc import ControllerProcess
 from emulation.headroom import (
     TxBufferSampler,
@@ -292,16 +292,29 @@ def _send_and_measure(
     progress, work = where
     total = spec.duration_s + spec.settle_s
     rocerun.start(roce, net, work, total + 1.0)
+    # Every probe is started and ready before the run's clock starts, and told when to start (senders) and
+    # stop (receivers): a flow that started when its process did began late by however long Python took to
+    # start on a loaded machine, and a receiver timed from its own start stopped before the late flows
+    # ended (`emulation.probe`).
     receivers = {}
+    pipes: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
     for i, flow in enumerate(flows):
-        argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(total + 1.0)]
-        proc = net.popen(flow.dst, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        receivers[flow.name] = proc
+        argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(total + 120.0),
+                "0.1", "--wait-end"]  # fmt: skip
+        receivers[flow.name] = net.popen(flow.dst, argv, stderr=subprocess.DEVNULL, **pipes)
     for proc in receivers.values():
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     ip_of = {host: ip for (host, _), (_, ip) in sorted(net.addresses.items(), reverse=True)}
     senders: dict[str, subprocess.Popen[str]] = {}
-    pending = sorted(range(len(flows)), key=lambda i: flows[i].start_s)
+    for i, flow in enumerate(flows):
+        argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[flow.dst], str(BASE_PORT + i),
+                str(flow.rate_pps), str(flow.duration_s), str(flow.size_bytes), "--wait-go"]  # fmt: skip
+        argv += ["--sport", str(flow.sport)] if flow.sport is not None else []
+        argv += ["--spray", str(flow.spray)] if flow.spray is not None else []
+        argv += ["--dscp", str(flow.dscp)] if flow.dscp is not None else []
+        senders[flow.name] = net.popen(flow.src, argv, **pipes)
+    for proc in senders.values():
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     faults = sorted(spec.faults, key=lambda f: f.at_s)
     fault_log: list[dict[str, Any]] = []
     samples: list[tuple[float, list[dict[str, Any]]]] = []
@@ -317,20 +330,16 @@ def _send_and_measure(
             poller_stop.wait(spec.poll_interval_s / 2)
 
     poller = threading.Thread(target=poll, name="counters", daemon=True)
+    wall0 = time.time() + probe.START_MARGIN_S
+    for flow in flows:
+        probe.release([senders[flow.name]], wall0 + flow.start_s)
+    probe.release(receivers.values(), wall0 + total + 1.0)
+    rocerun.go(roce, wall0)
+    time.sleep(max(0.0, wall0 - time.time()))
     t0 = time.monotonic()
     poller.start()
-    rocerun.go(roce, time.time())
     while True:
         now = time.monotonic() - t0
-        while pending and flows[pending[0]].start_s <= now:
-            i = pending.pop(0)
-            flow = flows[i]
-            argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[flow.dst], str(BASE_PORT + i),
-                    str(flow.rate_pps), str(flow.duration_s), str(flow.size_bytes)]  # fmt: skip
-            argv += ["--sport", str(flow.sport)] if flow.sport is not None else []
-            argv += ["--spray", str(flow.spray)] if flow.spray is not None else []
-            argv += ["--dscp", str(flow.dscp)] if flow.dscp is not None else []
-            senders[flow.name] = net.popen(flow.src, argv, stdout=subprocess.PIPE, text=True)
         while faults and faults[0].at_s <= now:
             fault = faults.pop(0)
             target = fault.port or fault.switch or ""
