@@ -8,11 +8,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from controller.sm.engines import default_registry
-from controller.sm.incremental import NotIncremental, reroute
+from controller.sm.incremental import NotIncremental, failures, reroute
 from controller.sm.manager import SubnetManager
 from controller.sm.quality import quality
 from controller.sm.subnet import Subnet
@@ -240,3 +242,18 @@ def test_a_cut_cable_renumbers_nothing_and_moves_only_its_users(fabric: Fabric) 
         users = _users_of(before, link.a.node, link.a.port) | _users_of(before, link.b.node, link.b.port)
         hosts = {int(lid) for lid in subnet.ep_lids}
         assert _changed_columns(before, full) & hosts <= users, str(link)
+
+
+def test_failures_are_the_same_whether_links_are_shared_or_copied() -> None:
+    """The controller's live fabrics share Link objects with the declared one (identity says what is
+    gone); a fabric read again from a file does not (keys do): both name the same failures, and a link that
+    was not there before is refused either way."""
+    fabric = fat_tree(4)
+    live = fabric.without(links=[3, 17], nodes=["core2"])
+    shared = failures(fabric, live)
+    copied = dataclasses.replace(live, links=tuple(dataclasses.replace(link) for link in live.links))
+    assert [str(link) for link in failures(fabric, copied)[0]] == [str(link) for link in shared[0]]
+    assert shared[1] == failures(fabric, copied)[1] == ["core2"]
+    assert {str(fabric.links[3]), str(fabric.links[17])} <= {str(link) for link in shared[0]}
+    with pytest.raises(NotIncremental):
+        failures(live, fabric)  # links (and a switch) that the previous fabric did not have

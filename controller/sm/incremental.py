@@ -56,8 +56,15 @@ def failures(previous: Fabric, live: Fabric) -> tuple[list[Link], list[str]]:
     """(failed links, failed nodes) if `live` is `previous` minus links and nodes, else NotIncremental."""
     for name, node in live.nodes.items():
         old = previous.nodes.get(name)
-        if old is None or old.guid != node.guid or old.kind != node.kind:
+        if old is not node and (old is None or old.guid != node.guid or old.kind != node.kind):
             raise NotIncremental(f"node {name} is new or changed")
+    # The controller's live fabrics are all cut from one declared fabric and share its Link objects: then
+    # identity says which links are gone (keying 3,072 links twice was 6 % of a k=16 reroute)
+    by_id = {id(link) for link in previous.links}
+    if all(id(link) in by_id for link in live.links):
+        live_ids = {id(link) for link in live.links}
+        failed = [link for link in previous.links if id(link) not in live_ids]
+        return failed, [name for name in previous.nodes if name not in live.nodes]
     old_links = {_key(link): link for link in previous.links}
     live_keys = set()
     for link in live.links:
