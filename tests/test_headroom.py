@@ -113,6 +113,18 @@ def test_the_stepped_search_finds_the_highest_clean_rate(true_capacity: float) -
     assert len(steps) <= 14
 
 
+def test_a_rate_the_senders_could_not_send_is_not_clean() -> None:
+    """Hosts that fall short of the rate asked (the interpreter, not the fabric, is the limit there) lose
+    nothing of what they did send; the capacity is still no higher than what they managed."""
+
+    def step(rate: float) -> dict[str, Any]:
+        sent_share = min(1.0, 900.0 / rate)
+        return {"rate_pps_per_host": rate, "loss": 0.0, "sent_share": sent_share}
+
+    rate, _ = search(step, refine=4)
+    assert 800 <= rate <= 900 * 1.01
+
+
 def test_a_fabric_that_loses_at_any_rate_has_no_capacity() -> None:
     rate, steps = search(lambda r: {"loss": 1.0}, refine=3)
     assert rate == 0.0 and steps and all(s["loss"] == 1.0 for s in steps)
