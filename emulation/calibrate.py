@@ -31,6 +31,7 @@ from emulation.headroom import CLEAN_LOSS, assess, snapshot
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric, Scale
 from emulation.probe import START_MARGIN_S, release
+from emulation.sharded import ShardedFabric
 from topologies.model import Fabric
 
 BASE_PORT = 7000
@@ -43,9 +44,12 @@ MIN_SENT_SHARE = 0.99
 Progress = Callable[[str], None]
 
 
-def default_path(fabric_name: str) -> Path:
+def default_path(fabric_name: str, shards: int = 1, cables: str | None = None) -> Path:
+    """Where a calibration is kept: one per fabric, and one per sharded build of it (`cables`: what the
+    cables inside a shard were; None for the unsharded build, the one scenario runs compare with)."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "fabriclab" / f"calibration-{fabric_name}.json"
+    suffix = f"-shards{shards}-{cables}" if cables is not None else ""
+    return cache / "fabriclab" / f"calibration-{fabric_name}{suffix}.json"
 
 
 def load(fabric_name: str, path: Path | None = None) -> dict[str, Any] | None:
@@ -71,16 +75,36 @@ def half_shift(fabric: Fabric) -> list[tuple[str, str]]:
 
 @contextlib.contextmanager
 def controlled_fabric(
-    topology: Path, fabric: Fabric, work: Path, scale: Scale | None, name_prefix: str, *controller_args: str
+    topology: Path,
+    fabric: Fabric,
+    work: Path,
+    scale: Scale | None,
+    name_prefix: str,
+    *controller_args: str,
+    shards: int = 1,
+    cables: str = "auto",
 ) -> Iterator[tuple[ControllerProcess, MininetFabric]]:
-    """The controller as its own process and the Mininet fabric, programmed and all pairs verified; both
-    torn down on leaving, whatever happened."""
+    """The controller as its own process and the fabric (on `shards` ovs-vswitchd, cables inside a shard
+    as `cables` says — `emulation.sharded`; one shard with patch cables is a sharded build too), programmed;
+    both torn down on leaving, whatever happened."""
     work.mkdir(parents=True, exist_ok=True)
     addresses = SubnetManager(fabric).addresses.as_strings()
-    ctl = ControllerProcess(topology, work / "state", work / "controller.log", *controller_args)
-    ctl.start()
-    net = MininetFabric(fabric, addresses, controller=ctl.openflow, scale=scale, name_prefix=name_prefix)
+    of_host = None
+    if shards > 1 or cables == "patch":
+        net: MininetFabric = ShardedFabric(
+            fabric, addresses, shards, "veth", cables, scale=scale, name_prefix=name_prefix
+        )
+    else:
+        net = MininetFabric(fabric, addresses, scale=scale, name_prefix=name_prefix)
+    ctl = None
     try:
+        if isinstance(net, ShardedFabric):
+            of_host = net.prepare_control()  # the shards dial the controller on their own network
+        ctl = ControllerProcess(
+            topology, work / "state", work / "controller.log", *controller_args, of_host=of_host
+        )
+        ctl.start()
+        net.controller = ctl.openflow
         net.start()
         ctl.ready(len(fabric.switches))
         yield ctl, net
@@ -88,7 +112,8 @@ def controlled_fabric(
         try:
             net.stop()
         finally:
-            ctl.stop()
+            if ctl is not None:
+                ctl.stop()
 
 
 def measure_step(net: MininetFabric, pairs: list[tuple[str, str]], rate_pps: float, seconds: float,
@@ -199,14 +224,17 @@ def calibrate(
     size_bytes: int = 512,
     name_prefix: str = "",
     progress: Progress | None = None,
+    shards: int = 1,
+    cables: str = "auto",
 ) -> dict[str, Any]:
-    """Measure the fabric's clean capacity on this machine (see the module docstring)."""
+    """Measure the fabric's clean capacity on this machine (see the module docstring), on `shards`
+    ovs-vswitchd with `cables` inside a shard (`emulate up --shards/--shard-cables`)."""
     say = progress or (lambda line: None)
     pairs = half_shift(fabric)
     started = time.time()
     load_before = os.getloadavg()
     prefix = name_prefix or f"c{os.getpid() % 10000}"
-    with controlled_fabric(topology, fabric, work, scale, prefix) as (_, net):
+    with controlled_fabric(topology, fabric, work, scale, prefix, shards=shards, cables=cables) as (_, net):
         pairs_ok = check_all_pairs(net.endpoints())
         if not all(pairs_ok.values()):
             bad = [p for p, ok in pairs_ok.items() if not ok]
@@ -227,6 +255,8 @@ def calibrate(
         "summary": fabric.summary(),
         "topology": str(topology),
         "scale": f"{scale.real_gbps:g}G={scale.emulated_gbps * 1000:g}M" if scale else None,
+        "shards": shards,
+        "shard_cables": cables if shards > 1 or cables == "patch" else None,
         "pattern": "half-shift: host i sends to host i + n/2 (one UDP flow per host)",
         "size_bytes": size_bytes,
         "loss_target": CLEAN_LOSS,

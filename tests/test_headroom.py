@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from emulation.calibrate import load, search
+from emulation.calibrate import default_path, load, search
 from emulation.headroom import (
     CLEAN_LOSS,
     Counters,
@@ -132,7 +132,15 @@ def test_a_fabric_that_loses_at_any_rate_has_no_capacity() -> None:
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [(["--step-s", "0"], "--step-s"), (["--scale", "400G=9T"], "--scale"), (["-o", "/"], "--output")],
+    [
+        (["--step-s", "0"], "--step-s"),
+        (["--scale", "400G=9T"], "--scale"),
+        (["-o", "/"], "--output"),
+        (["--shards", "0"], "--shards"),
+        (["--shards", "99"], "--shards"),
+        (["--shard-cables", "patch", "--scale", "400G=200M"], "--shard-cables"),
+        (["--shard-cables", "copper"], "--shard-cables"),
+    ],
 )
 def test_calibrate_refuses_bad_input_before_building_anything(args: list[str], field: str) -> None:
     done = subprocess.run(
@@ -142,6 +150,14 @@ def test_calibrate_refuses_bad_input_before_building_anything(args: list[str], f
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert field in done.stderr and "Traceback" not in done.stderr
+
+
+def test_sharded_calibrations_are_kept_apart_from_the_unsharded_one() -> None:
+    """Scenario runs compare with the unsharded build's calibration; a sharded one has its own file."""
+    plain = default_path("fat-tree-k4")
+    assert plain.name == "calibration-fat-tree-k4.json"
+    assert default_path("fat-tree-k4", 1, "patch").name == "calibration-fat-tree-k4-shards1-patch.json"
+    assert default_path("fat-tree-k4", 4, "auto") != plain
 
 
 def test_a_calibration_that_found_no_clean_rate_is_not_used(tmp_path: Path) -> None:

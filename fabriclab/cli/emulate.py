@@ -153,6 +153,20 @@ def register(commands: Any) -> None:
     cal.add_argument(
         "--step-s", type=float, default=2.0, metavar="S", help="seconds per rate step (default 2)"
     )
+    cal.add_argument(
+        "--shards",
+        type=integer(1, 64),
+        default=1,
+        metavar="N",
+        help="calibrate the fabric as `emulate up --shards N` builds it (default 1: unsharded)",
+    )
+    cal.add_argument(
+        "--shard-cables",
+        choices=CABLES,
+        default="auto",
+        help="cables between two switches of one shard, as for `emulate up`; `patch` with --shards 1 puts "
+        "the whole fabric on one shard with patch cables",
+    )
     cal.set_defaults(handler=emulate_calibrate)
 
 
@@ -210,14 +224,24 @@ def emulate_calibrate(args: argparse.Namespace) -> int:
             MininetFabric(fabric, {}, scale=scale)  # a scale HTB cannot shape fails before anything runs
     except (ValueError, EmulationError) as exc:
         raise CliError(f"--scale: {exc}") from None
-    output = args.output or calibration.default_path(fabric.name)
+    try:
+        uses_patch(args.shard_cables, shaped=scale is not None)
+        if args.shards > 1:
+            shard_plan(fabric, args.shards)
+    except ValueError as exc:
+        raise CliError(f"--shard-cables/--shards: {exc}") from None
+    sharded = args.shards > 1 or args.shard_cables == "patch"
+    output = args.output or calibration.default_path(
+        fabric.name, args.shards, args.shard_cables if sharded else None
+    )
     check_output_file(output, "--output")  # before a minute of measuring, not after
 
     def run() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="fabriclab-calibrate-") as work:
             return calibration.calibrate(
-                args.topology.resolve(), fabric, Path(work), scale, args.step_s, progress=print
-            )
+                args.topology.resolve(), fabric, Path(work), scale, args.step_s, progress=print,
+                shards=args.shards, cables=args.shard_cables,
+            )  # fmt: skip
 
     result = emulated(run, "controller not ready")
     if result is None:
