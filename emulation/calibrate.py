@@ -122,7 +122,7 @@ def measure_step(net: MininetFabric, pairs: list[tuple[str, str]], rate_pps: flo
     own counters say."""
     ip_of = {host: ip for (host, _), (_, ip) in net.addresses.items()}
     hosts = net.headroom_hosts()
-    before = snapshot(net.switch_interfaces(), hosts)
+    before = snapshot(net.switch_interfaces(), hosts, net.switch_namespaces())
     receivers: list[subprocess.Popen[str]] = []
     senders: list[subprocess.Popen[str]] = []
     pipes: dict[str, Any] = {
@@ -155,7 +155,8 @@ def measure_step(net: MininetFabric, pairs: list[tuple[str, str]], rate_pps: flo
                 proc.wait()
     received = sum(int(r["received"]) for r in results)
     p99 = max((r["latency_ms"]["p99"] for r in results if r.get("latency_ms")), default=None)
-    verdict = assess(before, snapshot(net.switch_interfaces(), hosts), sent, latency_p99_ms=p99)
+    after = snapshot(net.switch_interfaces(), hosts, net.switch_namespaces())
+    verdict = assess(before, after, sent, latency_p99_ms=p99)
     offered = rate_pps * seconds * len(pairs)
     return {
         "rate_pps_per_host": round(rate_pps, 1),
