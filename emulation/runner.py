@@ -298,23 +298,30 @@ def _send_and_measure(
     # ended (`emulation.probe`).
     receivers = {}
     pipes: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
-    for i, flow in enumerate(flows):
-        argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(total + 120.0),
-                "0.1", "--wait-end"]  # fmt: skip
-        receivers[flow.name] = net.popen(flow.dst, argv, stderr=subprocess.DEVNULL, **pipes)
-    for proc in receivers.values():
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     ip_of = {host: ip for (host, _), (_, ip) in sorted(net.addresses.items(), reverse=True)}
     senders: dict[str, subprocess.Popen[str]] = {}
-    for i, flow in enumerate(flows):
-        argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[flow.dst], str(BASE_PORT + i),
-                str(flow.rate_pps), str(flow.duration_s), str(flow.size_bytes), "--wait-go"]  # fmt: skip
-        argv += ["--sport", str(flow.sport)] if flow.sport is not None else []
-        argv += ["--spray", str(flow.spray)] if flow.spray is not None else []
-        argv += ["--dscp", str(flow.dscp)] if flow.dscp is not None else []
-        senders[flow.name] = net.popen(flow.src, argv, **pipes)
-    for proc in senders.values():
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    try:
+        for i, flow in enumerate(flows):
+            argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(total + 600.0),
+                    "0.1", "--wait-end"]  # fmt: skip
+            receivers[flow.name] = net.popen(flow.dst, argv, stderr=subprocess.DEVNULL, **pipes)
+        for proc in receivers.values():
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        for i, flow in enumerate(flows):
+            argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[flow.dst], str(BASE_PORT + i),
+                    str(flow.rate_pps), str(flow.duration_s), str(flow.size_bytes), "--wait-go"]  # fmt: skip
+            argv += ["--sport", str(flow.sport)] if flow.sport is not None else []
+            argv += ["--spray", str(flow.spray)] if flow.spray is not None else []
+            argv += ["--dscp", str(flow.dscp)] if flow.dscp is not None else []
+            senders[flow.name] = net.popen(flow.src, argv, **pipes)
+        for proc in senders.values():
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    except BaseException:  # nothing told them when to stop: stop them here
+        for proc in [*receivers.values(), *senders.values()]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        raise
     faults = sorted(spec.faults, key=lambda f: f.at_s)
     fault_log: list[dict[str, Any]] = []
     samples: list[tuple[float, list[dict[str, Any]]]] = []
