@@ -132,27 +132,14 @@ class SsspEngine(RoutingEngine):
         # fabric of equal links the costs are whole numbers and ties are exact whatever the link speed.
         fastest = float(subnet.bw_gbps[is_link].max(initial=1.0))
         weight = np.where(is_link, fastest / np.where(is_link, subnet.bw_gbps, 1.0), 1.0)
-        load = np.zeros(n_channels + 1, dtype=np.float64)
         next_switch = np.where(is_link, subnet.nbr, 0).astype(np.intp)
-        masks = TargetMasks(subnet, alt)
         levels = _Levels(dist)
         host_sources = subnet.hosts_per_switch.astype(np.float64)
-        switch_sources = np.ones(n, dtype=np.float64)
-        inf = np.float64(np.inf)
         order, preference = _orders(subnet)
-        # Per-port arrays with each switch's columns in preference order: argmin then breaks ties by the
-        # position of the switch behind a port, not by its number.
-        pref_channel = np.take_along_axis(channel, preference, axis=1)
-        pref_weight = np.take_along_axis(weight, preference, axis=1)
-        pref_next = np.take_along_axis(next_switch, preference, axis=1)
-        pref_target = -1
-        pref_mask = np.zeros((n, subnet.n_ports), dtype=bool)
-        path_cost = np.zeros(n + 1, dtype=np.float64)
         tier = _tiers(subnet, channel, n_channels)
-
         if n <= self.scalar_up_to and _candidates_per_level(dist, alt) <= self.scalar_candidates_per_level:
             every_mask = np.unpackbits(alt, axis=2, count=subnet.n_ports).astype(bool)
-            candidates = Candidates(dist, every_mask, preference, channel, weight, next_switch)
+            candidates = Candidates(n, levels, every_mask, preference, channel, weight, next_switch)
             scalar_balance(
                 candidates,
                 order.tolist(),
@@ -168,6 +155,19 @@ class SsspEngine(RoutingEngine):
                 lft,
             )
             return self._finish(subnet, dist, lft, alt)
+        load = np.zeros(n_channels + 1, dtype=np.float64)
+        masks = TargetMasks(subnet, alt)
+        switch_sources = np.ones(n, dtype=np.float64)
+        inf = np.float64(np.inf)
+        # Per-port arrays with each switch's columns in preference order: argmin then breaks ties by the
+        # position of the switch behind a port, not by its number.
+        pref_channel = np.take_along_axis(channel, preference, axis=1)
+        pref_weight = np.take_along_axis(weight, preference, axis=1)
+        pref_next = np.take_along_axis(next_switch, preference, axis=1)
+        pref_target = -1
+        pref_mask = np.zeros((n, subnet.n_ports), dtype=bool)
+        path_cost = np.zeros(n + 1, dtype=np.float64)
+
         host_load = np.zeros_like(load)  # the part of `load` that host traffic puts there
 
         def push(

@@ -30,41 +30,37 @@ class Candidates:
 
     def __init__(
         self,
-        dist: npt.NDArray[np.uint8],
+        n: int,
+        levels: Callable[[int], list[npt.NDArray[np.intp]]],
         masks: npt.NDArray[np.bool_],
         preference: npt.NDArray[np.intp],
         channel: npt.NDArray[np.intp],
         weight: npt.NDArray[np.float64],
         next_switch: npt.NDArray[np.intp],
     ) -> None:
-        """`masks[s, t, p]`: port p of switch s is a shortest-path candidate towards switch t."""
-        n = dist.shape[0]
+        """`levels(t)`: the switches by distance to switch t, farthest group first (sssp's `_Levels`);
+        `masks[s, t, p]`: port p of switch s is a shortest-path candidate towards switch t."""
         pref_mask = np.take_along_axis(masks, preference[:, None, :], axis=2)
         s_idx, t_idx, j_idx = np.nonzero(pref_mask)  # row-major: by switch, target, preference
+        ports = preference[s_idx, j_idx]
         per: list[list[list[Candidate]]] = [[[] for _ in range(n)] for _ in range(n)]
         for s, t, port, chan, w, nxt in zip(
             s_idx.tolist(),
             t_idx.tolist(),
-            preference[s_idx, j_idx].tolist(),
-            channel[s_idx, preference[s_idx, j_idx]].tolist(),
-            weight[s_idx, preference[s_idx, j_idx]].tolist(),
-            next_switch[s_idx, preference[s_idx, j_idx]].tolist(),
+            ports.tolist(),
+            channel[s_idx, ports].tolist(),
+            weight[s_idx, ports].tolist(),
+            next_switch[s_idx, ports].tolist(),
             strict=True,
         ):
             per[t][s].append((port, chan, w, nxt))
-        order = np.argsort(dist, axis=0, kind="stable")  # per column: switches by distance, then number
         self.near: list[list[tuple[int, Candidate, tuple[Candidate, ...]]]] = []
         self.far: list[list[int]] = []
         for t in range(n):
-            column = dist[:, t]
-            groups: dict[int, list[int]] = {}
-            for s in order[:, t].tolist():
-                d = int(column[s])
-                if 0 < d < 255:
-                    groups.setdefault(d, []).append(s)
-            levels = [groups[d] for d in sorted(groups)]
-            self.near.append([(s, per[t][s][0], tuple(per[t][s][1:])) for group in levels for s in group])
-            self.far.append([s for group in reversed(levels) for s in group])
+            far = [s for group in levels(t) for s in group.tolist()]
+            near = [s for group in reversed(levels(t)) for s in group.tolist()]
+            self.near.append([(s, per[t][s][0], tuple(per[t][s][1:])) for s in near])
+            self.far.append(far)
 
 
 def balance(
