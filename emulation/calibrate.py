@@ -19,18 +19,17 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from controller.sm.manager import SubnetManager
+from emulation import probe
 from emulation.controlproc import ControllerProcess
 from emulation.headroom import CLEAN_LOSS, assess, snapshot
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric, Scale
-from emulation.probe import START_MARGIN_S, release
 from emulation.sharded import ShardedFabric
 from topologies.model import Fabric
 
@@ -126,34 +125,22 @@ def measure_step(net: MininetFabric, pairs: list[tuple[str, str]], rate_pps: flo
     before = snapshot(net.switch_interfaces(), hosts, net.switch_namespaces())
     receivers: list[subprocess.Popen[str]] = []
     senders: list[subprocess.Popen[str]] = []
-    pipes: dict[str, Any] = {
-        "stdin": subprocess.PIPE,
-        "stdout": subprocess.PIPE,
-        "stderr": subprocess.DEVNULL,
-    }
+    quiet = {**probe.PIPES, "stderr": subprocess.DEVNULL}
     try:
         for i, (_, dst) in enumerate(pairs):
-            argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(seconds + 900),
-                    "0.1", "--wait-end"]  # fmt: skip
-            receivers.append(net.popen(dst, argv, text=True, **pipes))
-        for proc in receivers:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            receivers.append(net.popen(dst, probe.recv_argv(BASE_PORT + i, seconds + 900), **quiet))
+        probe.await_ready(receivers)
         for i, (src, dst) in enumerate(pairs):
-            argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[dst], str(BASE_PORT + i),
-                    str(rate_pps), str(seconds), str(size_bytes), "--wait-go"]  # fmt: skip
-            senders.append(net.popen(src, argv, text=True, **pipes))
-        for proc in senders:  # every sender started and its socket open: none starts late
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        at = time.time() + START_MARGIN_S
-        release(senders, at)
-        release(receivers, at + seconds + RECEIVE_GRACE_S)
+            argv = probe.send_argv(ip_of[dst], BASE_PORT + i, rate_pps, seconds, size_bytes)
+            senders.append(net.popen(src, argv, **quiet))
+        probe.await_ready(senders)  # every sender started and its socket open: none starts late
+        at = time.time() + probe.START_MARGIN_S
+        probe.release(senders, at)
+        probe.release(receivers, at + seconds + RECEIVE_GRACE_S)
         sent = sum(int(json.loads(p.communicate(timeout=seconds + 60)[0])["sent"]) for p in senders)
         results = [json.loads(p.communicate(timeout=seconds + 60)[0]) for p in receivers]
     finally:
-        for proc in receivers + senders:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        probe.kill(receivers + senders)
     received = sum(int(r["received"]) for r in results)
     p99 = max((r["latency_ms"]["p99"] for r in results if r.get("latency_ms")), default=None)
     after = snapshot(net.switch_interfaces(), hosts, net.switch_namespaces())

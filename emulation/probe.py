@@ -216,6 +216,48 @@ def release(procs: Iterable[subprocess.Popen[str]], at: float) -> None:
                 proc.stdin.flush()
 
 
+#: How a run starts probes that wait to be told (`release`): their stdin to tell them, their stdout to read.
+PIPES: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+
+
+def recv_argv(port: int, cap_s: float) -> list[str]:
+    """A receiver that stops when `release`d (`--wait-end`), at the latest `cap_s` after it starts."""
+    return [sys.executable, "-m", "emulation.probe", "recv", str(port), str(cap_s), "0.1", "--wait-end"]
+
+
+def send_argv(
+    dst: str,
+    port: int,
+    rate_pps: float,
+    duration_s: float,
+    size_bytes: int,
+    sport: int | None = None,
+    spray: int | None = None,
+    dscp: int | None = None,
+) -> list[str]:
+    """A sender that starts when `release`d (`--wait-go`)."""
+    argv = [sys.executable, "-m", "emulation.probe", "send", dst, str(port), str(rate_pps), str(duration_s),
+            str(size_bytes), "--wait-go"]  # fmt: skip
+    argv += ["--sport", str(sport)] if sport is not None else []
+    argv += ["--spray", str(spray)] if spray is not None else []
+    argv += ["--dscp", str(dscp)] if dscp is not None else []
+    return argv
+
+
+def await_ready(procs: Iterable[subprocess.Popen[str]]) -> None:
+    """Every probe has opened its socket and said so."""
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+
+def kill(procs: Iterable[subprocess.Popen[str]]) -> None:
+    """Probes still running (a run that stopped before telling them when to stop)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "send":
         sport = spray = None

@@ -14,7 +14,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -296,31 +295,21 @@ def _send_and_measure(
     # stop (receivers): a flow that started when its process did began late by however long Python took to
     # start on a loaded machine, and a receiver timed from its own start stopped before the late flows
     # ended (`emulation.probe`).
-    receivers = {}
-    pipes: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    receivers: dict[str, subprocess.Popen[str]] = {}
     ip_of = {host: ip for (host, _), (_, ip) in sorted(net.addresses.items(), reverse=True)}
     senders: dict[str, subprocess.Popen[str]] = {}
     try:
         for i, flow in enumerate(flows):
-            argv = [sys.executable, "-m", "emulation.probe", "recv", str(BASE_PORT + i), str(total + 600.0),
-                    "0.1", "--wait-end"]  # fmt: skip
-            receivers[flow.name] = net.popen(flow.dst, argv, stderr=subprocess.DEVNULL, **pipes)
-        for proc in receivers.values():
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            argv = probe.recv_argv(BASE_PORT + i, total + 600.0)
+            receivers[flow.name] = net.popen(flow.dst, argv, stderr=subprocess.DEVNULL, **probe.PIPES)
+        probe.await_ready(receivers.values())
         for i, flow in enumerate(flows):
-            argv = [sys.executable, "-m", "emulation.probe", "send", ip_of[flow.dst], str(BASE_PORT + i),
-                    str(flow.rate_pps), str(flow.duration_s), str(flow.size_bytes), "--wait-go"]  # fmt: skip
-            argv += ["--sport", str(flow.sport)] if flow.sport is not None else []
-            argv += ["--spray", str(flow.spray)] if flow.spray is not None else []
-            argv += ["--dscp", str(flow.dscp)] if flow.dscp is not None else []
-            senders[flow.name] = net.popen(flow.src, argv, **pipes)
-        for proc in senders.values():
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            argv = probe.send_argv(ip_of[flow.dst], BASE_PORT + i, flow.rate_pps, flow.duration_s,
+                                   flow.size_bytes, flow.sport, flow.spray, flow.dscp)  # fmt: skip
+            senders[flow.name] = net.popen(flow.src, argv, **probe.PIPES)
+        probe.await_ready(senders.values())
     except BaseException:  # nothing told them when to stop: stop them here
-        for proc in [*receivers.values(), *senders.values()]:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        probe.kill([*receivers.values(), *senders.values()])
         raise
     faults = sorted(spec.faults, key=lambda f: f.at_s)
     fault_log: list[dict[str, Any]] = []
