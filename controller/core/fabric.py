@@ -76,6 +76,7 @@ from controller.sm.intents import (
     SwitchDelta,
     SwitchProgram,
     applied,
+    holding,
     rollout,
 )
 from controller.sm.manager import Computation, SubnetContext
@@ -218,7 +219,9 @@ class FabricCore:
         }
         deltas = rollout(installed, computation.programs, skip=state.synced)
         in_step = frozenset(n for n in installed if n not in deltas and n in computation.programs)
-        step.update(synced=state.synced | in_step)
+        # they hold their program exactly: noted, so that its next patch is diffed along the patch
+        noted = holding(installed, computation.programs, in_step)
+        step.update(synced=state.synced | in_step, installed={**state.installed, **noted})
         rollout_id = state.next_rollout
         waves = make_waves(previous.tables if previous is not None else None, computation.tables, deltas)
         step.update(
@@ -414,6 +417,7 @@ class FabricCore:
         discovery = step.state.discovery
         changes: list[str] = []
         ups: list[bool] = []
+        lost: list[PortRef] = []
         for change in event.changes:
             name = self.context.switch_of_dpid.get(change.dpid)
             if name is None:
@@ -422,8 +426,8 @@ class FabricCore:
                 changes.append(f"{name}:{change.port} {'up' if change.live else 'down'}")
                 ups.append(change.live)
             if not change.live:
-                discovery = discovery.forget_port(name, change.port)
-        step.update(ports_down=ports_down, discovery=discovery)
+                lost.append(PortRef(name, change.port))
+        step.update(ports_down=ports_down, discovery=discovery.forget_ports(lost))
         if not changes or step.state.current is None:
             return
         config = step.state.config

@@ -75,11 +75,13 @@ def switches_read(core: Core, step: Builder, event: SwitchesRead) -> None:
         # A connection's first read sets its ports; after that, port-status messages do (they arrive on the
         # same connection, and one may wait in the queue behind this read: taking the port from the read
         # would leave that message nothing to report).
+        dead: list[PortRef] = []
         for port in core.context.declared_ports(name) if repairing is None else ():
             live = read.ports.get(port, False)
             port_changed |= core.set_port(ports_down, PortRef(name, port), live, step.now)
             if not live:
-                discovery = discovery.forget_port(name, port)
+                dead.append(PortRef(name, port))
+        discovery = discovery.forget_ports(dead)
         program = SwitchProgram.of(name, read.dpid, read.flows, read.groups)
         step.update(
             ports_down=ports_down,

@@ -220,6 +220,7 @@ class _Builder:
         self.used: dict[tuple[int, ...], Assignment] = {}
         #: Each set's slot flows, in slot order (their byte counters are adaptive routing's per-slot load).
         self.slot_keys: dict[tuple[int, ...], tuple[FlowKey, ...]] = {}
+        self._static: dict[tuple[int, tuple[int, ...]], Action] = {}
 
     def group(self, kind: GroupKind, ports: tuple[int, ...]) -> Action:
         gid = self.ids.get(kind, ports)
@@ -233,11 +234,18 @@ class _Builder:
         return ("output", port)
 
     def static(self, port: int, alternatives: tuple[int, ...]) -> Action:
-        """The LFT's port: a fast-failover group leading with it, then the sorted alternatives."""
+        """The LFT's port: a fast-failover group leading with it, then the sorted alternatives.  Many
+        destination switches share a set of alternatives (a leaf's uplinks): each (port, set) is built
+        once per switch."""
+        found = self._static.get((port, alternatives))
+        if found is not None:
+            return found
+        action: Action = ("output", port)
         if self.options.fast_failover and len(alternatives) > 1:
             others = sorted(p for p in alternatives if p != port)
-            return self.group(GroupKind.FAST_FAILOVER, (port, *others))
-        return ("output", port)
+            action = self.group(GroupKind.FAST_FAILOVER, (port, *others))
+        self._static[(port, alternatives)] = action
+        return action
 
     def slot_set(self, ports: tuple[int, ...]) -> int:
         """The set's id, compiling its slot table the first time (table 1)."""
@@ -302,7 +310,8 @@ def _address_flows(
     fabric_multipath = options.multipath
     overrides = [(dscp, policy != "static") for dscp, policy in options.classes]
     overrides = [(dscp, mp) for dscp, mp in overrides if mp != fabric_multipath]
-    use_alternatives = options.slot_tables or options.fast_failover
+    slot_tables = options.slot_tables  # a property: asked once, not per destination
+    use_alternatives = slot_tables or options.fast_failover
     actions: dict[tuple[int, int], tuple[tuple[Action, ...], tuple[tuple[int, tuple[Action, ...]], ...]]] = {}
     alternatives_of: dict[int, tuple[int, ...]] = {}  # they depend on the target switch only
     for address, ep in entries:
@@ -323,7 +332,7 @@ def _address_flows(
                     alternatives_of[target] = alternatives
                 if len(alternatives) > 1:
                     static = (build.static(port, alternatives),)
-                    spread = build.multipath(alternatives) if options.slot_tables else static
+                    spread = build.multipath(alternatives) if slot_tables else static
                     main = spread if fabric_multipath else static
                     per_class = tuple((dscp, spread if mp else static) for dscp, mp in overrides)
             found = actions[(port, target)] = (main, per_class)
@@ -369,11 +378,13 @@ def _patch_switch(
     ids = _GroupIds({(g.kind, g.ports): gid for gid, g in program.groups.items()}, set(program.groups))
     build = _Builder(options, cookie, 0, {}, ids=ids, control=False)
     _address_flows(build, tables, s, todo, present.ep_target)
-    stale: set[FlowKey] = set()
+    stale: dict[FlowKey, None] = {}  # ordered: the patch's touched keys go out in a fixed order
     for address, _ in todo:
-        stale.add((0, PRIORITY_ROUTE, (("eth_dst", address.mac),)))
+        stale[(0, PRIORITY_ROUTE, (("eth_dst", address.mac),))] = None
         for dscp, _policy in options.classes:
-            stale.add((0, PRIORITY_CLASS, match(eth_dst=address.mac, eth_type=ETH_TYPE_IPV4, ip_dscp=dscp)))
+            stale[(0, PRIORITY_CLASS, match(eth_dst=address.mac, eth_type=ETH_TYPE_IPV4, ip_dscp=dscp))] = (
+                None
+            )
     flows = dict(program.flows)
     replaced = [f for key in stale if (f := flows.pop(key, None)) is not None]
     flows.update((f.key, f) for f in build.flows)
@@ -389,7 +400,8 @@ def _patch_switch(
     built = frozenset(f.priority for f in build.flows)
     exact = all(f.priority in built for f in replaced)  # else a priority may have gone with them
     priorities = program.priorities | built if exact else None
-    return program.patched(flows, groups, priorities, users)
+    touched = tuple({**stale, **{f.key: None for f in build.flows}})
+    return program.patched(flows, groups, priorities, users, touched)
 
 
 def _group_uses(flows: Iterable[FlowIntent]) -> list[int]:

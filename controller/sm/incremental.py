@@ -54,6 +54,11 @@ def _key(link: Link) -> tuple[tuple[str, int], tuple[str, int]]:
 
 def failures(previous: Fabric, live: Fabric) -> tuple[list[Link], list[str]]:
     """(failed links, failed nodes) if `live` is `previous` minus links and nodes, else NotIncremental."""
+    # a restore: said without comparing every link
+    if len(live.nodes) > len(previous.nodes):
+        raise NotIncremental(f"a node is new ({len(live.nodes) - len(previous.nodes)} more than before)")
+    if len(live.links) > len(previous.links):
+        raise NotIncremental(f"a link is new ({len(live.links) - len(previous.links)} more than before)")
     for name, node in live.nodes.items():
         old = previous.nodes.get(name)
         if old is not node and (old is None or old.guid != node.guid or old.kind != node.kind):

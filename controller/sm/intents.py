@@ -26,9 +26,10 @@ a flow.  Tables become programs in `controller.sm.compile`.
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 from typing import NamedTuple
@@ -151,16 +152,37 @@ class SwitchProgram:
         groups: Mapping[int, GroupIntent],
         priorities: frozenset[int] | None = None,
         group_users: Counter[int] | None = None,
+        touched: tuple[FlowKey, ...] | None = None,
     ) -> SwitchProgram:
         """This switch with other flows and groups; `priorities` and `group_users`, when the caller knows
         them from this program's and what it changed (a patch touches a few flows of thousands), are not
-        counted again."""
+        counted again.  `touched`: every flow key whose entry may differ from this program's (replaced,
+        added or removed; every other entry is this program's own object) — then `diff` from a switch
+        known to hold this program looks at those keys only."""
         program = SwitchProgram(self.switch, self.dpid, flows, groups)
         if priorities is not None:
             program.__dict__["priorities"] = priorities
         if group_users is not None:
             program.__dict__["group_users"] = group_users
+        if touched is not None:
+            # a weak reference: a chain of patches must not keep every past program alive
+            program.__dict__["_patch"] = (weakref.ref(self), touched)
         return program
+
+
+def holding(
+    installed: Mapping[str, SwitchProgram | None], desired: Mapping[str, SwitchProgram], names: Iterable[str]
+) -> dict[str, SwitchProgram]:
+    """The switches of `names`, which need no change toward `desired`, noted as holding it exactly (their
+    entries shared, not copied) — where not noted already — so that the next patch of their program is
+    diffed along the patch."""
+    noted: dict[str, SwitchProgram] = {}
+    for name in names:
+        have, want = installed.get(name), desired[name]
+        if have is not None and have.__dict__.get("_holds") is not want:
+            noted[name] = SwitchProgram(have.switch, have.dpid, have.flows, have.groups)
+            noted[name].__dict__["_holds"] = want
+    return noted
 
 
 @dataclass(frozen=True)
@@ -176,6 +198,8 @@ class SwitchDelta:
     add_flows: tuple[FlowIntent, ...] = ()
     delete_flows: tuple[FlowIntent, ...] = ()
     delete_groups: tuple[int, ...] = ()
+    #: The program this delta turns the switch into (`applied` notes it: see `diff`).
+    target: weakref.ref[SwitchProgram] | None = field(default=None, compare=False, repr=False)
 
     @property
     def empty(self) -> bool:
@@ -223,7 +247,12 @@ class ForwardingOptions:
 
 
 def diff(installed: SwitchProgram | None, desired: SwitchProgram) -> SwitchDelta:
-    """What turns `installed` (what the switch holds, as read back or last confirmed) into `desired`."""
+    """What turns `installed` (what the switch holds, as read back or last confirmed) into `desired`.
+
+    When the switch is known to hold, entry for entry, the program `desired` was patched from (`applied`
+    after a delta toward it), only the keys the patch touched can differ: they alone are looked at.  At
+    k=16 a cable cut patches ~120 switches of ~1,400 entries each, and scanning them all was most of the
+    rollout's time."""
     have_flows = installed.flows if installed is not None else {}
     have_groups = installed.groups if installed is not None else {}
     add_groups = tuple(g for gid, g in sorted(desired.groups.items()) if gid not in have_groups)
@@ -232,20 +261,33 @@ def diff(installed: SwitchProgram | None, desired: SwitchProgram) -> SwitchDelta
     )
     want_flows = desired.flows
     have = have_flows.get
-    # `is` first: a patched program shares its unchanged entries with what the switch was last given, so
-    # after a reroute a few entries of thousands are looked at closer (this loop is the diff's cost)
-    differing = [f for key, f in want_flows.items() if have(key) is not f]
-    add_flows = tuple(f for f in differing if (old := have(f.key)) is None or not old.same_behaviour(f))
-    new_keys = sum(1 for f in differing if f.key not in have_flows)
-    # every installed key is wanted when as many are shared as installed: no scan for deletes then
-    shared = len(want_flows) - new_keys
+    touched = _touched_since(installed, desired)
     delete_flows: tuple[FlowIntent, ...] = ()
-    if shared != len(have_flows):
-        delete_flows = tuple(f for key, f in have_flows.items() if key not in want_flows)
+    if touched is not None:
+        differing = [f for key in touched if (f := want_flows.get(key)) is not None and have(key) is not f]
+        delete_flows = tuple(f for key in touched if key not in want_flows and (f := have(key)) is not None)
+    else:
+        # `is` first: a patched program shares its unchanged entries with what the switch was last given
+        differing = [f for key, f in want_flows.items() if have(key) is not f]
+        new_keys = sum(1 for f in differing if f.key not in have_flows)
+        # every installed key is wanted when as many are shared as installed: no scan for deletes then
+        if len(want_flows) - new_keys != len(have_flows):
+            delete_flows = tuple(f for key, f in have_flows.items() if key not in want_flows)
+    add_flows = tuple(f for f in differing if (old := have(f.key)) is None or not old.same_behaviour(f))
     delete_groups = tuple(sorted(gid for gid in have_groups if gid not in desired.groups))
     return SwitchDelta(
-        desired.switch, desired.dpid, add_groups, modify_groups, add_flows, delete_flows, delete_groups
-    )
+        desired.switch, desired.dpid, add_groups, modify_groups, add_flows, delete_flows, delete_groups,
+        target=weakref.ref(desired),
+    )  # fmt: skip
+
+
+def _touched_since(installed: SwitchProgram | None, desired: SwitchProgram) -> tuple[FlowKey, ...] | None:
+    """The keys `desired`'s patch touched, if `installed` holds exactly the program it was patched from."""
+    patch = desired.__dict__.get("_patch")
+    holds = installed.__dict__.get("_holds") if installed is not None else None
+    if patch is None or holds is None:
+        return None
+    return patch[1] if patch[0]() is holds else None
 
 
 def applied(installed: SwitchProgram | None, delta: SwitchDelta) -> SwitchProgram:
@@ -260,7 +302,14 @@ def applied(installed: SwitchProgram | None, delta: SwitchDelta) -> SwitchProgra
         flows.pop(flow.key, None)
     for gid in delta.delete_groups:
         groups.pop(gid, None)
-    return SwitchProgram(delta.switch, delta.dpid, flows, groups)
+    result = SwitchProgram(delta.switch, delta.dpid, flows, groups)
+    target = delta.target() if delta.target is not None else None
+    if target is not None:
+        # the switch now holds, entry for entry, what the delta was computed toward (cookies aside); a
+        # strong reference, so that the next patch of that program can find it (one program per switch:
+        # usually the current computation's own)
+        result.__dict__["_holds"] = target
+    return result
 
 
 def control_flows(cookie: int) -> list[FlowIntent]:
@@ -320,6 +369,7 @@ __all__ = [
     "cookie_of",
     "diff",
     "generation_of",
+    "holding",
     "match",
     "rollout",
 ]

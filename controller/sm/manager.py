@@ -14,6 +14,7 @@ fabric and re-sweeps keep them.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -97,12 +98,57 @@ class Computation:
         return None
 
 
+class RecentRoutings:
+    """Full routings (tables and their verification) of the last few live fabrics, by what determines them:
+    the engine and its settings, the declared links that are down, and whether alternatives are checked.
+
+    A cable that comes back returns the fabric to a state it was in moments ago (a flap, a reseated cable,
+    a maintenance window closed): routing it again gives the same tables (same inputs, same tables), so
+    they are taken from here instead — at k=16 a routing and its verification are ~100 ms of a restore.
+    Only what a full routing would have produced is kept or returned: incremental splices are never
+    stored, so which tables a fabric gets does not depend on whether this cache hit.  Bounded (`limit`);
+    safe to share between threads (a lost race is a miss, never a wrong entry)."""
+
+    def __init__(self, limit: int = 4) -> None:
+        self.limit = limit
+        self._items: dict[tuple[object, ...], tuple[RoutingTables, Verification]] = {}
+        #: Lookups answered from here (for tests and benchmarks).
+        self.hits = 0
+
+    @staticmethod
+    def key(router: RoutingEngine, down: tuple[int, ...], alternatives: bool) -> tuple[object, ...]:
+        settings = tuple(sorted((k, repr(v)) for k, v in vars(router).items()))
+        return (router.name, type(router).__qualname__, settings, down, alternatives)
+
+    def get(self, key: tuple[object, ...]) -> tuple[RoutingTables, Verification] | None:
+        found = self._items.pop(key, None)
+        if found is not None:
+            self.hits += 1
+            self._items[key] = found  # most recently used last
+        return found
+
+    def put(self, key: tuple[object, ...], value: tuple[RoutingTables, Verification]) -> None:
+        self._items.pop(key, None)
+        self._items[key] = value
+        while len(self._items) > self.limit:
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                self._items.pop(next(iter(self._items)))
+
+
 def _route(
-    router: RoutingEngine, live: Fabric, lids: LidMap, previous: Computation | None, alternatives: bool
+    router: RoutingEngine,
+    live: Fabric,
+    lids: LidMap,
+    previous: Computation | None,
+    alternatives: bool,
+    recent: RecentRoutings | None = None,
+    down: tuple[int, ...] = (),
 ) -> tuple[RoutingTables, Verification, frozenset[int] | None]:
     """Incremental when the live fabric is the previous computation's minus failures with the same engine
     (only destinations that used the failed part move); a full routing otherwise, or when the spliced tables
-    do not verify."""
+    do not verify.  A full routing of a live fabric routed lately (the same `down` links) comes from
+    `recent`."""
+    key = RecentRoutings.key(router, down, alternatives)
     if previous is not None and previous.tables.engine == router.name:
         try:
             result = reroute(previous.tables, live, router, lids)
@@ -112,9 +158,18 @@ def _route(
             verification = verify(result.tables, alternatives=alternatives)
             if verification.ok:
                 return result.tables, verification, result.changed_lids
-            return result.full, verify(result.full, alternatives=alternatives), None
+            full = (result.full, verify(result.full, alternatives=alternatives))
+            if recent is not None:
+                recent.put(key, full)
+            return full[0], full[1], None
+    found = recent.get(key) if recent is not None else None
+    if found is not None:
+        return found[0], found[1], None
     tables = router.route(Subnet.build(live, lids))
-    return tables, verify(tables, alternatives=alternatives), None
+    verification = verify(tables, alternatives=alternatives)
+    if recent is not None:
+        recent.put(key, (tables, verification))
+    return tables, verification, None
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,6 +182,7 @@ class SubnetContext:
     addresses: AddressTable
     dpids: Mapping[str, int]
     switch_of_dpid: Mapping[int, str]
+    recent: RecentRoutings = field(default_factory=RecentRoutings, repr=False)
 
     @classmethod
     def build(cls, declared: Fabric, registry: EngineRegistry | None = None) -> SubnetContext:
@@ -204,7 +260,13 @@ class SubnetContext:
         if fallback is not None:
             router, note = select_engine(self.registry, engine, Subnet.build(live, lids), fallback)
         tables, verification, changed = _route(
-            router, live, lids, previous, options.fast_failover or options.slot_tables
+            router,
+            live,
+            lids,
+            previous,
+            options.fast_failover or options.slot_tables,
+            self.recent,
+            tuple(self.down_links(ports_down)),
         )
         reuse = None
         weights: Weights | None = None
@@ -389,4 +451,11 @@ def policy_problem(
     return manager.compute().policy_problem()
 
 
-__all__ = ["Computation", "SubnetContext", "SubnetManager", "UnknownSwitch", "policy_problem"]
+__all__ = [
+    "Computation",
+    "RecentRoutings",
+    "SubnetContext",
+    "SubnetManager",
+    "UnknownSwitch",
+    "policy_problem",
+]

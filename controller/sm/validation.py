@@ -40,10 +40,15 @@ class Discovery:
         return replace(self, connected_at=connected, seen=seen)
 
     def forget_port(self, switch: str, port: int) -> Discovery:
-        ref = PortRef(switch, port)
-        if not any(k == ref or v[0] == ref for k, v in self.seen.items()):
+        return self.forget_ports([PortRef(switch, port)])
+
+    def forget_ports(self, refs: Iterable[PortRef]) -> Discovery:
+        """Without any sighting to or from these ports: one pass for all of them (a switch lost at k=16
+        takes 32 ports down, and a pass per port over the 4,096 sightings was 40 ms of the reroute)."""
+        gone = set(refs)
+        if not gone or not any(k in gone or v[0] in gone for k, v in self.seen.items()):
             return self
-        return replace(self, seen={k: v for k, v in self.seen.items() if ref not in (k, v[0])})
+        return replace(self, seen={k: v for k, v in self.seen.items() if k not in gone and v[0] not in gone})
 
     def links_seen(self, sightings: Iterable[tuple[PortRef, PortRef, float]]) -> Discovery:
         """Record (from port, to port, time) sightings.  A port has one cable: a sighting replaces older ones

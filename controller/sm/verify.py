@@ -17,13 +17,9 @@ alternatives toward the destination (plus the table's own entries), which must b
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
 from controller.sm.cdg import (
     acyclic_core,
@@ -157,98 +153,42 @@ def alternative_dependencies(tables: RoutingTables) -> I64:
     """Channel dependency codes (c_in * n_channels + c_out) of every path host traffic can take when each
     switch may forward over any of its alternatives toward the destination's switch, sorted.
 
-    A dependency is a channel in and a port out of the switch that channel enters, so the union over
-    destinations is a (channel, port) bitmap: marking it costs a fancy-index store per destination, where
-    hashing each destination's codes (np.unique) was 80 % of a k=16 reroute's verification.  Each
-    destination switch's bitmap is remembered (`_TargetCache`): after a cable cut most destination
-    switches' alternatives are what they were, and their bitmaps are taken, not walked again."""
+    All destination switches at once, as arrays [switch, port, destination switch]: which switches host
+    traffic toward each destination can reach (grown from the switches with hosts), then, per middle
+    switch m, which of its incoming channels meet which of its outgoing ports for some destination — a
+    boolean matrix product (incoming x destinations) @ (destinations x out ports) per switch.  A k=16
+    reroute's check took 65 ms walking destination switches one by one (and a cache of their bitmaps
+    missed on every cut: a cut changes every leaf's alternatives); this takes a few."""
     subnet = tables.subnet
     chan, n_chan = subnet.switch_channels
-    n, width = subnet.n_switches, subnet.n_ports
+    width = subnet.n_ports
     nbr = subnet.nbr
     is_link = nbr >= 0
-    common = np.packbits(subnet.has_hosts).tobytes() + np.array([n, width], dtype=np.int64).tobytes()
-    union = np.zeros((n * width, (width + 7) // 8), dtype=np.uint8)
-    for t in np.unique(subnet.ep_switch).tolist():
-        allowed = np.unpackbits(tables.alt[:, t, :], axis=1, count=width).astype(bool) & is_link
-        allowed[t] = False  # at the destination's switch the packet leaves to a host
-        key = hashlib.blake2b(
-            common + np.packbits(allowed).tobytes() + np.where(allowed, nbr, -1).astype(np.int32).tobytes(),
-            digest_size=16,
-        ).digest()
-        bitmap = _TARGETS.get(key)
-        if bitmap is None:
-            bitmap = _target_dependencies(subnet, allowed)
-            _TARGETS.put(key, bitmap)
-        union |= bitmap
-    sp, q = np.nonzero(np.unpackbits(union, axis=1, count=width))
-    rows, ports = sp // width, sp % width
-    c_in = chan[rows, ports]
-    codes = c_in.astype(np.int64) * n_chan + chan[nbr[rows, ports], q]
-    return np.sort(codes)
-
-
-def _target_dependencies(subnet: Subnet, allowed: npt.NDArray[np.bool_]) -> npt.NDArray[np.uint8]:
-    """Packed bitmap [upstream switch * width + its port, out port of the switch that port leads to] of
-    every dependency host traffic toward one destination switch can create over `allowed`."""
-    n, width = subnet.n_switches, subnet.n_ports
-    nbr = subnet.nbr
-    depends = np.zeros((n * width, width), dtype=bool)
-    # switches host traffic toward the destination can reach
-    used = subnet.has_hosts.copy()
-    while True:
-        rows, ports = np.nonzero(allowed & used[:, None])
-        grown = used.copy()
-        grown[nbr[rows, ports]] = True
-        if (grown == used).all():
+    targets = np.unique(subnet.ep_switch).astype(np.intp)
+    if targets.size == 0 or not is_link.any():
+        return np.zeros(0, dtype=np.int64)
+    # allowed[s, p, t]: switch s may forward toward destination switch targets[t] over link port p
+    allowed = np.unpackbits(tables.alt[:, targets, :], axis=2, count=width).astype(bool)
+    allowed &= is_link[:, None, :]
+    allowed[targets, np.arange(targets.size), :] = False  # at its own switch a packet leaves to a host
+    allowed = allowed.transpose(0, 2, 1)  # [switch, port, target]
+    # the far end of every link port, as (switch, port) into `allowed` (masked where there is no link)
+    src_s = np.where(is_link, nbr, 0)
+    src_p = np.where(is_link, subnet.nbr_port, 0)
+    used = np.repeat(subnet.has_hosts[:, None], targets.size, axis=1)  # [switch, target]
+    for _ in range(subnet.n_switches + 1):
+        leaving = allowed & used[:, None, :]
+        arriving = leaving[src_s, src_p, :] & is_link[:, :, None]  # [m, in port, t]: m entered over it
+        grown = used | arriving.any(axis=1)
+        if np.array_equal(grown, used):
             break
         used = grown
-    if rows.size:
-        mid = nbr[rows, ports]
-        # every way on from each middle switch
-        e_idx, q = np.nonzero(allowed[mid])
-        depends[rows[e_idx] * width + ports[e_idx], q] = True
-    packed: npt.NDArray[np.uint8] = np.packbits(depends, axis=1)
-    return packed
-
-
-class _TargetCache:
-    """Per destination switch dependency bitmaps, by a digest of everything they depend on (the allowed
-    ports, where they lead, which switches have hosts); least recently used dropped past `limit_bytes`.
-    No lock (the core owns no threads): two verifications at once can at worst miss a hit or drop an
-    extra entry, never return a wrong bitmap (a key names its contents)."""
-
-    def __init__(self, limit_bytes: int) -> None:
-        self.limit_bytes = limit_bytes
-        self._items: OrderedDict[bytes, npt.NDArray[np.uint8]] = OrderedDict()
-        self._bytes = 0
-        #: Lookups answered from the cache (for tests and benchmarks).
-        self.hits = 0
-
-    def get(self, key: bytes) -> npt.NDArray[np.uint8] | None:
-        value = self._items.get(key)
-        if value is not None:
-            self.hits += 1
-            with contextlib.suppress(KeyError):
-                self._items.move_to_end(key)
-        return value
-
-    def put(self, key: bytes, value: npt.NDArray[np.uint8]) -> None:
-        if key in self._items or value.nbytes > self.limit_bytes:
-            return
-        self._items[key] = value
-        self._bytes += value.nbytes
-        while self._bytes > self.limit_bytes and self._items:
-            try:
-                _, dropped = self._items.popitem(last=False)
-            except KeyError:
-                break
-            self._bytes -= dropped.nbytes
-
-
-#: k=16: 11.6 KB per destination switch, 1.5 MB per fabric; k=32: 211 KB, 108 MB (more than the limit:
-#: there every verification walks again, as without the cache).
-_TARGETS = _TargetCache(64 << 20)
+    # depends[m, in port, out port]: some destination's traffic enters m over `in port` and leaves on
+    # `out port` (float32 sums of at most len(targets) ones are exact)
+    depends = np.matmul(arriving.astype(np.float32), allowed.transpose(0, 2, 1).astype(np.float32)) > 0
+    m, p_in, q = np.nonzero(depends)
+    codes = chan[src_s[m, p_in], src_p[m, p_in]].astype(np.int64) * n_chan + chan[m, q]
+    return np.sort(codes)
 
 
 def _layered_report(tables: RoutingTables) -> DeadlockReport:

@@ -1,0 +1,159 @@
+"""Two shortcuts of a reroute, each against the long way round on seeded walks of cuts, restores and
+switch losses (k=8 fabriclab and OpenSM-layout fat-trees):
+
+- `diff` from a switch known to hold the program a reroute patched looks only at the keys the patch
+  touched (`SwitchProgram.patched(touched=...)`, `applied`): the delta must equal a full diff's;
+- `SubnetContext.recent` hands back the full routing of a live fabric routed lately: the tables and the
+  verification must equal those of a fresh context that never saw the fabric, and it stays bounded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controller.sm import intents
+from controller.sm.intents import ForwardingOptions, SwitchDelta, SwitchProgram, applied, diff
+from controller.sm.manager import Computation, RecentRoutings, SubnetContext
+from tests import faultwalk
+from topologies.generators import fat_tree, opensm_fat_tree
+from topologies.model import Fabric, PortRef
+
+
+def _plain(program: SwitchProgram) -> SwitchProgram:
+    """The same contents without lineage: what a read-back gives."""
+    return SwitchProgram(program.switch, program.dpid, dict(program.flows), dict(program.groups))
+
+
+def _content(delta: SwitchDelta) -> tuple[object, ...]:
+    return (
+        delta.add_groups,
+        delta.modify_groups,
+        sorted(delta.add_flows, key=repr),
+        sorted(delta.delete_flows, key=repr),
+        delta.delete_groups,
+    )
+
+
+@pytest.mark.parametrize("fabric", [fat_tree(8), opensm_fat_tree(8)], ids=lambda f: f.name)
+@pytest.mark.parametrize("policy", ["static", "ecmp"])
+def test_a_diff_along_the_patch_equals_a_full_diff(fabric: Fabric, policy: str) -> None:
+    options = ForwardingOptions(policy=policy)
+    context = SubnetContext.build(fabric)
+    current: Computation = context.compute("ftree", options, {}, 1)
+    installed = {n: applied(None, diff(None, p)) for n, p in current.programs.items()}
+    shortcuts = 0
+    for step, (what, down) in enumerate(faultwalk.walk(fabric, 11, 14)):
+        current = context.compute("ftree", options, down, step + 2, current)
+        for name, program in current.programs.items():
+            if intents._touched_since(installed.get(name), program) is not None:
+                shortcuts += 1
+            delta = diff(installed.get(name), program)
+            assert _content(delta) == _content(diff(_plain(installed[name]), program)), (step, what, name)
+            installed[name] = applied(installed[name], delta)
+            # what the switch holds now forwards as the program it was sent
+            assert {k: f.actions for k, f in installed[name].flows.items()} == {
+                k: f.actions for k, f in program.flows.items()
+            }
+            assert installed[name].groups == program.groups
+    if policy == "static":
+        assert shortcuts > 0  # patched programs took the short way (ecmp compiles slot tables whole)
+
+
+def test_no_shortcut_from_a_read_back_or_another_program() -> None:
+    fabric = fat_tree(4)
+    context = SubnetContext.build(fabric)
+    first = context.compute("ftree", ForwardingOptions(), {}, 1)
+    name = "agg_p0_0" if "agg_p0_0" in first.programs else sorted(first.programs)[0]
+    installed = applied(None, diff(None, first.programs[name]))
+    cut = faultwalk.switch_links(fabric)[0]
+    link = fabric.links[cut]
+    second = context.compute("ftree", ForwardingOptions(), {link.a: 1.0, link.b: 1.0}, 2, first)
+    patched = [n for n, p in second.programs.items() if "_patch" in p.__dict__]
+    assert patched
+    for n in patched:
+        holds = applied(None, diff(None, first.programs[n]))
+        assert intents._touched_since(holds, second.programs[n]) is not None
+        assert intents._touched_since(_plain(holds), second.programs[n]) is None
+        assert intents._touched_since(installed if n != name else None, second.programs[n]) is None
+
+
+def _same(a: Computation, b: Computation) -> None:
+    assert np.array_equal(a.tables.lft, b.tables.lft)
+    assert np.array_equal(a.tables.alt, b.tables.alt)
+    assert a.verification == b.verification
+
+
+@pytest.mark.parametrize("engine", ["ftree", "sssp", "updn"])
+def test_a_restore_takes_the_routing_a_fresh_context_computes(engine: str) -> None:
+    fabric = fat_tree(8)
+    options = ForwardingOptions()
+    context = SubnetContext.build(fabric)
+    intact = context.compute(engine, options, {}, 1)
+    link = fabric.links[faultwalk.switch_links(fabric)[5]]
+    down = {link.a: 1.0, link.b: 1.0}
+    cut = context.compute(engine, options, down, 2, intact)
+    before = context.recent.hits
+    restored = context.compute(engine, options, {}, 3, cut)
+    assert context.recent.hits == before + 1
+    _same(restored, SubnetContext.build(fabric).compute(engine, options, {}, 3))
+    # routed again after other cuts: still what a fresh context computes
+    current = restored
+    for step, (_what, walk_down) in enumerate(faultwalk.walk(fabric, 3, 6)):
+        current = context.compute(engine, options, walk_down, step + 4, current)
+        if not current.incremental:
+            _same(current, SubnetContext.build(fabric).compute(engine, options, walk_down, step + 4))
+
+
+def test_recent_routings_are_bounded_and_keyed_by_engine_settings() -> None:
+    recent = RecentRoutings(limit=2)
+    fabric = fat_tree(4)
+    context = SubnetContext.build(fabric)
+    tables = context.compute("ftree", ForwardingOptions(), {}, 1)
+    value = (tables.tables, tables.verification)
+    router = context.registry.create("dfsssp")
+    keys = [RecentRoutings.key(router, (i,), True) for i in range(3)]
+    for key in keys:
+        recent.put(key, value)
+    assert recent.get(keys[0]) is None and recent.get(keys[2]) is not None
+    other = context.registry.create("dfsssp")
+    other.max_layers = 4  # type: ignore[attr-defined]
+    assert RecentRoutings.key(other, (2,), True) != keys[2]
+    assert RecentRoutings.key(router, (2,), False) != keys[2]
+
+
+def test_ports_down_map_keys_are_port_refs() -> None:
+    """The walk's maps use the PortRefs the controller uses (a guard for the tests above)."""
+    _, down = next(faultwalk.walk(fat_tree(4), 1, 1))
+    assert all(isinstance(ref, PortRef) for ref in down)
+
+
+def test_the_controller_diffs_along_patches_and_its_switches_hold_what_it_wants() -> None:
+    """Through the controller's core and executor against fake switches that decode the OpenFlow bytes:
+    cuts, restores and switch losses; after each, every switch holds its program, every pair is delivered,
+    and the diffs took the short way for switches that needed no change as well (`intents.holding`)."""
+    from tests.core_driver import CoreDriver
+
+    fabric = fat_tree(8)
+    driver = CoreDriver(fabric)
+    driver.start()
+    driver.connect_all()
+    taken: list[bool] = []
+    original = intents._touched_since
+
+    def counting(installed: SwitchProgram | None, desired: SwitchProgram) -> tuple[object, ...] | None:
+        found = original(installed, desired)
+        taken.append(found is not None)
+        return found
+
+    intents._touched_since = counting  # type: ignore[assignment]
+    try:
+        links = faultwalk.switch_links(fabric)
+        for step, index in enumerate([links[3], links[40], links[3], links[40], links[77], links[77]]):
+            driver.now = 10.0 + step
+            driver.set_link(index, up=step in (2, 3, 5))
+            driver.assert_holds_desired()
+            driver.fake.assert_delivers(driver.fake.all_pairs())
+    finally:
+        intents._touched_since = original
+    assert taken.count(True) > taken.count(False) > 0
