@@ -157,3 +157,26 @@ def test_the_controller_diffs_along_patches_and_its_switches_hold_what_it_wants(
     finally:
         intents._touched_since = original
     assert taken.count(True) > taken.count(False) > 0
+
+
+@pytest.mark.parametrize("fabric", [fat_tree(8), opensm_fat_tree(6)], ids=lambda f: f.name)
+def test_kept_ports_are_added_to_the_alternatives_as_entry_by_entry(fabric: Fabric) -> None:
+    """`incremental._with_kept_ports` (bit masks per destination switch) against the entry-by-entry walk,
+    with alternatives thinned at random so that bits are missing."""
+    import random
+
+    from controller.sm import incremental
+    from controller.sm.engines import default_registry
+    from controller.sm.subnet import Subnet
+
+    tables = default_registry().create("ftree").route(Subnet.build(fabric))
+    subnet = tables.subnet
+    rng = np.random.default_rng(3)
+    pick = random.Random(3)
+    for _ in range(4):
+        thinned = tables.alt & rng.integers(0, 256, tables.alt.shape, dtype=np.uint8)
+        kept = np.array(sorted(pick.sample(subnet.dest_lids.tolist(), subnet.dest_lids.size // 2)))
+        fast = incremental._with_kept_ports(subnet, thinned, tables.lft, kept)
+        walk = incremental._with_kept_ports_walk(subnet, thinned.copy(), tables.lft, kept)
+        assert np.array_equal(fast, walk)
+        assert not np.array_equal(fast, thinned)  # bits were missing and were set

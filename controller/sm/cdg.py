@@ -61,6 +61,42 @@ def block_dependencies(subnet: Subnet, result: Follow, per_destination: bool) ->
     return unique, owner[first]
 
 
+def block_turns(subnet: Subnet, result: Follow) -> npt.NDArray[np.bool_]:
+    """The dependencies of one block's host destinations as turns: turns[m, p, q] when traffic that host
+    traffic can reach enters switch m on port p and leaves it on port q toward another switch.  A set of
+    turns is a fixed-size bitmap whatever the channel numbering (unions are ORs, no sorting or hashing);
+    `turn_codes` gives the dependency codes."""
+    width = subnet.n_ports
+    turns = np.zeros((subnet.n_switches, width, width), dtype=bool)
+    host = subnet.dest_is_host[result.cols]
+    nxt = result.next_switch[:, host]
+    port = result.port[:, host].astype(np.intp)
+    used = np.repeat(subnet.has_hosts[:, None], nxt.shape[1], axis=1)
+    col_index = np.broadcast_to(np.arange(nxt.shape[1]), nxt.shape)
+    for _ in range(subnet.n_switches):
+        forward = used & (nxt >= 0)
+        grown = used.copy()
+        grown[nxt[forward], col_index[forward]] = True
+        if (grown == used).all():
+            break
+        used = grown
+    src_rows, src_cols = np.nonzero(used & (nxt >= 0))
+    mid = nxt[src_rows, src_cols]
+    onward = nxt[mid, src_cols] >= 0
+    src_rows, src_cols, mid = src_rows[onward], src_cols[onward], mid[onward]
+    turns[mid, subnet.nbr_port[src_rows, port[src_rows, src_cols]], port[mid, src_cols]] = True
+    return turns
+
+
+def turn_codes(subnet: Subnet, turns: npt.NDArray[np.bool_]) -> I64:
+    """Sorted dependency codes (c_in * n_channels + c_out) of a set of turns: c_in is the channel that
+    enters the middle switch on the turn's in port, c_out the one leaving on its out port."""
+    chan, n_chan = subnet.switch_channels
+    m, p_in, q = np.nonzero(turns)
+    codes = chan[subnet.nbr[m, p_in], subnet.nbr_port[m, p_in]].astype(np.int64) * n_chan + chan[m, q]
+    return np.sort(codes)
+
+
 def dependencies(tables: RoutingTables, per_destination: bool = False) -> tuple[I64, I64, int]:
     """`block_dependencies` over the whole table."""
     parts = [
@@ -393,6 +429,7 @@ __all__ = [
     "acyclic_core",
     "assign_layers",
     "block_dependencies",
+    "block_turns",
     "dependencies",
     "destination_layers",
     "find_cycles",
@@ -400,4 +437,5 @@ __all__ = [
     "layer_cycles",
     "merge",
     "path_dependencies",
+    "turn_codes",
 ]

@@ -141,16 +141,43 @@ def reroute(
 
 def _with_kept_ports(subnet: Subnet, alt: U8, lft: U8, kept: npt.NDArray[np.intp]) -> U8:
     """The full routing's alternatives, plus the ports kept entries still use (so the chosen port is
-    always among the alternatives that multipath and fast-failover groups are built from)."""
+    always among the alternatives that multipath and fast-failover groups are built from).
+
+    Per (switch, destination switch): the kept entries' ports as one bit mask (an OR over the destination
+    switch's kept LIDs), against the alternatives' mask; only missing bits are set.  (Walking every kept
+    entry was a sixth of a k=16 reroute.)"""
     alt = alt.copy()
-    if kept.size == 0:
-        return alt
+    width = subnet.n_ports
+    if kept.size == 0 or width > 64:
+        return _with_kept_ports_walk(subnet, alt, lft, kept) if kept.size else alt
+    target = subnet.dest_switch[np.searchsorted(subnet.dest_lids, kept)].astype(np.intp)
+    order = np.argsort(target, kind="stable")
+    kept, target = kept[order], target[order]
+    starts = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
+    targets = target[starts]
+    ports = lft[:, kept].astype(np.uint64)
+    real = (ports > 0) & (ports < width) & (np.arange(subnet.n_switches)[:, None] != target[None, :])
+    one_hot = np.uint64(1) << np.minimum(ports, np.uint64(63))
+    need = np.bitwise_or.reduceat(np.where(real, one_hot, np.uint64(0)), starts, axis=1)
+    weights = np.uint64(1) << np.arange(width, dtype=np.uint64)
+    have = np.unpackbits(alt[:, targets, :], axis=2, count=width).astype(np.uint64) @ weights
+    missing = need & ~have
+    if missing.any():
+        rows, cols = np.nonzero(missing)
+        bits = np.unpackbits(alt[rows, targets[cols], :], axis=1, count=width)
+        for port in range(width):
+            bits[:, port] |= ((missing[rows, cols] >> np.uint64(port)) & np.uint64(1)).astype(np.uint8)
+        alt[rows, targets[cols], :] = np.packbits(bits, axis=1)
+    return alt
+
+
+def _with_kept_ports_walk(subnet: Subnet, alt: U8, lft: U8, kept: npt.NDArray[np.intp]) -> U8:
+    """The same, entry by entry (ports beyond 63 do not fit a 64-bit mask)."""
     target = subnet.dest_switch[np.searchsorted(subnet.dest_lids, kept)].astype(np.intp)
     rows, cols = np.nonzero((lft[:, kept] != NO_PORT) & (lft[:, kept] > 0))
     ports = lft[rows, kept[cols]].astype(np.intp)
     away = rows != target[cols]
     rows, targets, ports = rows[away], target[cols[away]], ports[away]
-    # most kept ports are among the full routing's alternatives already: set only the missing bits
     bits = (1 << (7 - ports % 8)).astype(np.uint8)
     missing = (alt[rows, targets, ports // 8] & bits) == 0
     rows, targets, ports, bits = rows[missing], targets[missing], ports[missing], bits[missing]

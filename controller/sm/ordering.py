@@ -52,6 +52,9 @@ def make_waves(
     changed = np.ones(ports.shape, dtype=bool)  # a switch new to the fabric: everything is new
     known = old_row >= 0
     changed[known] = ports[known] != old.lft[np.ix_(old_row[known], lids)]
+    # only destinations with a changed entry somewhere can make a switch wait (a cut moves a few of them)
+    moved = np.flatnonzero(changed.any(axis=0))
+    ports, changed = ports[:, moved], changed[:, moved]
     routed = (ports != NO_PORT) & (ports > 0)
     nxt = np.full(ports.shape, -1, dtype=np.intp)
     nxt[routed] = subnet.nbr[np.nonzero(routed)[0], ports[routed]]

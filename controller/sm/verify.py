@@ -23,11 +23,11 @@ import numpy as np
 
 from controller.sm.cdg import (
     acyclic_core,
-    block_dependencies,
+    block_turns,
     destination_layers,
     find_cycles,
     layer_cycles,
-    merge,
+    turn_codes,
 )
 from controller.sm.paths import hop_distances
 from controller.sm.subnet import I64, Subnet
@@ -94,25 +94,30 @@ def verify(
     unreachable = dead = loops = 0
     hop_sum = shortest_sum = 0.0
     max_hops = max_extra = longer = 0
-    deps: list[tuple[I64, I64]] = []
+    check_turns = deadlock and tables.layers is None
+    turns = np.zeros((subnet.n_switches, subnet.n_ports, subnet.n_ports), dtype=bool)
+    # only switches with hosts are sources: the figures below look at their rows alone
+    rows = np.flatnonzero(hosts > 0)
+    row_of = np.full(subnet.n_switches, -1, dtype=np.intp)
+    row_of[rows] = np.arange(rows.size)
     for cols in column_blocks(subnet):
         result = follow(subnet, lft, cols)
-        dead += int((result.outcome == DEAD).sum())
-        loops += int((result.outcome >= 0).sum())
-        host_cols = subnet.dest_is_host[cols]
-        if not host_cols.any():
+        dead += int(np.count_nonzero(result.outcome == DEAD))
+        loops += int(np.count_nonzero(result.outcome >= 0))
+        host_cols = np.flatnonzero(subnet.dest_is_host[cols])
+        if not host_cols.size:
             continue
-        if deadlock and tables.layers is None:
-            deps.append(block_dependencies(subnet, result, per_destination=False))
-        outcome = result.outcome[:, host_cols]
-        weights = hosts[:, None] * np.ones((1, int(host_cols.sum())), dtype=np.int64)
+        if check_turns:
+            turns |= block_turns(subnet, result)
+        outcome = result.outcome[rows][:, host_cols]
+        weights = np.repeat(hosts[rows][:, None], host_cols.size, axis=1)
         # a host is not a source toward itself
         targets = subnet.dest_switch[cols][host_cols]
-        weights[targets, np.arange(targets.size)] -= 1
+        weights[row_of[targets], np.arange(targets.size)] -= 1
         arrived = outcome == ARRIVED
         unreachable += int(weights[~arrived].sum())
-        hops = result.hops[:, host_cols].astype(np.int64) + 2
-        best = shortest[:, targets].astype(np.int64) + 2
+        hops = result.hops[rows][:, host_cols].astype(np.int64) + 2
+        best = shortest[rows][:, targets].astype(np.int64) + 2
         w = np.where(arrived, weights, 0)
         hop_sum += float((hops * w).sum())
         shortest_sum += float((best * w).sum())
@@ -124,14 +129,15 @@ def verify(
             longer += int(w[used & (extra > 0)].sum())
     routed_pairs = n_hosts * (n_hosts - 1) - unreachable
     report = alt_report = None
+    n_chan = subnet.switch_channels[1]
     if deadlock and tables.layers is not None:
         report = _layered_report(tables)  # layered tables: alternatives are not checked per layer
     elif deadlock:
-        merged = merge(deps, False, subnet.switch_channels[1])
-        report = _deadlock_report(tables, vls, merged)
+        codes = turn_codes(subnet, turns)
+        report = _deadlock_report(tables, vls, (codes, codes, n_chan))
         if alternatives:
-            codes = np.union1d(merged[0], alternative_dependencies(tables))
-            alt_report = _deadlock_report(tables, 1, (codes, codes, merged[2]))
+            codes = turn_codes(subnet, turns | alternative_turns(tables))
+            alt_report = _deadlock_report(tables, 1, (codes, codes, n_chan))
     return Verification(
         engine=tables.engine,
         host_pairs=n_hosts * (n_hosts - 1),
@@ -151,7 +157,13 @@ def verify(
 
 def alternative_dependencies(tables: RoutingTables) -> I64:
     """Channel dependency codes (c_in * n_channels + c_out) of every path host traffic can take when each
-    switch may forward over any of its alternatives toward the destination's switch, sorted.
+    switch may forward over any of its alternatives toward the destination's switch, sorted."""
+    return turn_codes(tables.subnet, alternative_turns(tables))
+
+
+def alternative_turns(tables: RoutingTables) -> npt.NDArray[np.bool_]:
+    """The turns ([middle switch, in port, out port], see `cdg.block_turns`) of every path host traffic
+    can take when each switch may forward over any of its alternatives toward the destination's switch.
 
     All destination switches at once, as arrays [switch, port, destination switch]: which switches host
     traffic toward each destination can reach (grown from the switches with hosts), then, per middle
@@ -160,13 +172,12 @@ def alternative_dependencies(tables: RoutingTables) -> I64:
     reroute's check took 65 ms walking destination switches one by one (and a cache of their bitmaps
     missed on every cut: a cut changes every leaf's alternatives); this takes a few."""
     subnet = tables.subnet
-    chan, n_chan = subnet.switch_channels
     width = subnet.n_ports
     nbr = subnet.nbr
     is_link = nbr >= 0
     targets = np.unique(subnet.ep_switch).astype(np.intp)
     if targets.size == 0 or not is_link.any():
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros((subnet.n_switches, width, width), dtype=bool)
     # allowed[s, p, t]: switch s may forward toward destination switch targets[t] over link port p
     allowed = np.unpackbits(tables.alt[:, targets, :], axis=2, count=width).astype(bool)
     allowed &= is_link[:, None, :]
@@ -185,10 +196,10 @@ def alternative_dependencies(tables: RoutingTables) -> I64:
         used = grown
     # depends[m, in port, out port]: some destination's traffic enters m over `in port` and leaves on
     # `out port` (float32 sums of at most len(targets) ones are exact)
-    depends = np.matmul(arriving.astype(np.float32), allowed.transpose(0, 2, 1).astype(np.float32)) > 0
-    m, p_in, q = np.nonzero(depends)
-    codes = chan[src_s[m, p_in], src_p[m, p_in]].astype(np.int64) * n_chan + chan[m, q]
-    return np.sort(codes)
+    turns: npt.NDArray[np.bool_] = (
+        np.matmul(arriving.astype(np.float32), allowed.transpose(0, 2, 1).astype(np.float32)) > 0
+    )
+    return turns
 
 
 def _layered_report(tables: RoutingTables) -> DeadlockReport:

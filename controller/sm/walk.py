@@ -78,13 +78,17 @@ def follow(subnet: Subnet, lft: U8, cols: npt.NDArray[np.intp]) -> Follow:
     succ = np.empty((n + 2, width), dtype=np.int32)
     succ[:n] = np.where(nxt == ARRIVED, n, np.where(nxt == DEAD, n + 1, nxt))
     succ[n], succ[n + 1] = n, n + 1
-    # Walk every start one hop at a time while that is cheap...
+    # Walk every start one hop at a time while that is cheap (a flat take with 32-bit indices: 2.5x
+    # take_along_axis's speed)...
     position = np.broadcast_to(np.arange(n, dtype=np.int32)[:, None], (n, width)).copy()
     hops = np.zeros((n, width), dtype=np.int32)
+    flat = succ.ravel()
+    index = np.int32 if (n + 2) * width < 2**31 else np.int64
+    column = np.arange(width, dtype=index)
     for _ in range(min(WALK_STEPS, n + 1)):
         if not (position < n).any():
             break
-        position = np.take_along_axis(succ, position, axis=0)
+        position = flat.take(position.astype(index, copy=False) * index(width) + column)
         hops += position < n  # a hop is a move onto another switch (absorbing states never move back)
     # ...then settle what is left (loops, or very long routes) exactly, by pointer doubling.
     if (position < n).any():
