@@ -67,7 +67,15 @@ def block_turns(subnet: Subnet, result: Follow) -> npt.NDArray[np.bool_]:
     turns is a fixed-size bitmap whatever the channel numbering (unions are ORs, no sorting or hashing);
     `turn_codes` gives the dependency codes."""
     width = subnet.n_ports
-    turns = np.zeros((subnet.n_switches, width, width), dtype=bool)
+    turns = np.zeros(subnet.n_switches * width * width, dtype=bool)
+    turns[block_turn_index(subnet, result)] = True
+    return turns.reshape(subnet.n_switches, width, width)
+
+
+def block_turn_index(subnet: Subnet, result: Follow) -> I64:
+    """`block_turns` as flat indices (m * width + p) * width + q, once per (turn, destination) that makes
+    it: counted (`np.bincount`), they say how many destinations use each turn."""
+    width = subnet.n_ports
     host = subnet.dest_is_host[result.cols]
     nxt = result.next_switch[:, host]
     port = result.port[:, host].astype(np.intp)
@@ -84,8 +92,9 @@ def block_turns(subnet: Subnet, result: Follow) -> npt.NDArray[np.bool_]:
     mid = nxt[src_rows, src_cols]
     onward = nxt[mid, src_cols] >= 0
     src_rows, src_cols, mid = src_rows[onward], src_cols[onward], mid[onward]
-    turns[mid, subnet.nbr_port[src_rows, port[src_rows, src_cols]], port[mid, src_cols]] = True
-    return turns
+    p_in = subnet.nbr_port[src_rows, port[src_rows, src_cols]]
+    index: I64 = (mid.astype(np.int64) * width + p_in) * width + port[mid, src_cols]
+    return index
 
 
 def turn_codes(subnet: Subnet, turns: npt.NDArray[np.bool_]) -> I64:
@@ -429,6 +438,7 @@ __all__ = [
     "acyclic_core",
     "assign_layers",
     "block_dependencies",
+    "block_turn_index",
     "block_turns",
     "dependencies",
     "destination_layers",

@@ -83,12 +83,12 @@ def follow(subnet: Subnet, lft: U8, cols: npt.NDArray[np.intp]) -> Follow:
     position = np.broadcast_to(np.arange(n, dtype=np.int32)[:, None], (n, width)).copy()
     hops = np.zeros((n, width), dtype=np.int32)
     flat = succ.ravel()
-    index = np.int32 if (n + 2) * width < 2**31 else np.int64
+    index = np.dtype(np.int32 if (n + 2) * width < 2**31 else np.int64)
     column = np.arange(width, dtype=index)
     for _ in range(min(WALK_STEPS, n + 1)):
         if not (position < n).any():
             break
-        position = flat.take(position.astype(index, copy=False) * index(width) + column)
+        position = flat.take(position.astype(index, copy=False) * column.dtype.type(width) + column)
         hops += position < n  # a hop is a move onto another switch (absorbing states never move back)
     # ...then settle what is left (loops, or very long routes) exactly, by pointer doubling.
     if (position < n).any():
