@@ -269,3 +269,22 @@ def test_an_incremental_verification_follows_shortest_distances_that_grew() -> N
         assert verify(stale, vls=2, previous=before) == fresh, index
         grew += fresh.mean_shortest_hops > before.mean_shortest_hops
     assert grew > 0
+
+
+def test_forgetting_ports_drops_every_sighting_to_or_from_them() -> None:
+    """`Discovery.forget_ports` (an index of receivers) against the plain definition, on random sightings
+    (including two senders seen toward one port, which `links_seen` never keeps but a state may hold)."""
+    import random
+
+    from controller.sm.validation import Discovery
+
+    rng = random.Random(4)
+    refs = [PortRef(f"s{i}", p) for i in range(6) for p in (1, 2, 3)]
+    for _ in range(200):
+        seen = {src: (rng.choice(refs), float(i)) for i, src in enumerate(rng.sample(refs, 10))}
+        discovery = Discovery(seen=seen)
+        gone = rng.sample(refs, rng.randint(0, 4))
+        want = {k: v for k, v in seen.items() if k not in gone and v[0] not in gone}
+        got = discovery.forget_ports(gone)
+        assert dict(got.seen) == want
+        assert (got is discovery) == (want == seen)

@@ -211,9 +211,9 @@ class SubnetContext:
         return link.a not in ports_down and link.b not in ports_down
 
     def down_links(self, ports_down: Mapping[PortRef, float]) -> list[int]:
-        if not ports_down:
-            return []
-        return [i for i in range(len(self.declared.links)) if not self.link_up(i, ports_down)]
+        """Declared links with an end down, in declared order: found from the ports that are down (a
+        port has one link), not by testing every link (9 ms of a k=16 reroute asked three times)."""
+        return sorted({i for ref in ports_down if (i := self.link_of(ref)) is not None})
 
     def link_of(self, ref: PortRef) -> int | None:
         entry = self.declared.port_map.get(ref)
