@@ -1,7 +1,10 @@
 """Reroute latency of the controller's own code at k=8 and k=16, on fake switches that decode the real
 OpenFlow bytes (`tests.fakes`): detection -> tables installed on every affected switch (the make phase
 confirmed), for switch-to-switch cable cuts, their restores, and whole switch losses; and how many
-flow-mods each sent beside a full reinstall of the fabric.
+flow-mods each sent beside a full reinstall of the fabric.  `restore` brings back the cable just cut: the
+fabric returns to a state the controller routed moments ago, and the routing comes from its recent ones
+(`SubnetContext.recent`); `restore_unseen` brings back the first of two cut cables, a fabric not routed
+lately (routed and verified in full).
 
 No Open vSwitch: `installed_ms` is the controller's computation, rollout diff and OpenFlow encoding plus
 the fakes' decoding of every message with os-ken's parser (~70 us each), on one core;
@@ -137,6 +140,7 @@ def _run(k: int, n: int, seed: int, heap: Heap | None) -> dict[str, Any]:
     rows: dict[str, list[tuple[float, float, int, int]]] = {
         "cut": [],
         "restore": [],
+        "restore_unseen": [],
         "switch_loss": [],
         "switch_back": [],
     }
@@ -147,6 +151,18 @@ def _run(k: int, n: int, seed: int, heap: Heap | None) -> dict[str, Any]:
         rows["cut"].append(_feed(driver, _changes(driver, [link], False, clock), clock))
         clock += 1.0
         rows["restore"].append(_feed(driver, _changes(driver, [link], True, clock), clock))
+    # A restore that leads to a fabric not routed lately (two cables down, the first comes back): its
+    # routing cannot come from the controller's recent routings, unlike the restore of the cable just cut.
+    for _ in range(n):
+        first, second = rng.sample(cables, 2)
+        clock += 1.0
+        _feed(driver, _changes(driver, [first], False, clock), clock)
+        clock += 1.0
+        _feed(driver, _changes(driver, [second], False, clock), clock)
+        clock += 1.0
+        rows["restore_unseen"].append(_feed(driver, _changes(driver, [first], True, clock), clock))
+        clock += 1.0
+        _feed(driver, _changes(driver, [second], True, clock), clock)
     for _ in range(n):
         name = rng.choice(switches)
         theirs = [lk for lk in fabric.links if name in (lk.a.node, lk.b.node)]
