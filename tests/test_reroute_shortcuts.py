@@ -288,3 +288,14 @@ def test_forgetting_ports_drops_every_sighting_to_or_from_them() -> None:
         got = discovery.forget_ports(gone)
         assert dict(got.seen) == want
         assert (got is discovery) == (want == seen)
+
+
+@pytest.mark.parametrize("policy", ["static", "ecmp"])
+def test_group_users_counted_at_compile_equal_a_count_over_the_flows(policy: str) -> None:
+    from collections import Counter
+
+    context = SubnetContext.build(fat_tree(8))
+    computation = context.compute("ftree", ForwardingOptions(policy=policy), {}, 1)
+    for program in computation.programs.values():
+        counted = Counter(int(a[1]) for f in program.flows.values() for a in f.actions if a[0] == "group")
+        assert "group_users" in program.__dict__ and program.group_users == counted

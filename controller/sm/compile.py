@@ -9,8 +9,10 @@ destinations changed has just those compiled again (`_patch_switch`).
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -291,6 +293,14 @@ def _compile_switch(
     build = _Builder(options, cookie, shift, weights or {})
     _address_flows(build, tables, s, present, ep_target)
     program = SwitchProgram.of(name, dpid, build.flows, build.groups.values())
+    # counted now, through the few distinct action lists, so that the first patch of this program does
+    # not count them flow by flow on the reroute's path
+    users: Counter[int] = Counter()
+    for actions, n in Counter(f.actions for f in build.flows).items():
+        for kind, arg in actions:
+            if kind == "group":
+                users[int(arg)] += n
+    program.__dict__["group_users"] = users
     return program, build.used, build.slot_keys
 
 
@@ -305,8 +315,11 @@ def _address_flows(
     they use), into `build`."""
     options, cookie = build.options, build.cookie
     n_ports = tables.subnet.n_ports
-    row = tables.lft[s].tolist()
-    alt_rows: list[list[int]] | None = None
+    # only the entries asked for become Python ints (a patch asks for a few of ~1,400), and a switch's
+    # alternatives stay packed: each target's bytes name its port tuple (`_ports_of`)
+    ports_of_entry = tables.lft[s, [address.lid for address, _ in entries]].tolist()
+    alt_row = tables.alt[s].tobytes()
+    alt_width = tables.alt.shape[2]
     fabric_multipath = options.multipath
     overrides = [(dscp, policy != "static") for dscp, policy in options.classes]
     overrides = [(dscp, mp) for dscp, mp in overrides if mp != fabric_multipath]
@@ -314,8 +327,7 @@ def _address_flows(
     use_alternatives = slot_tables or options.fast_failover
     actions: dict[tuple[int, int], tuple[tuple[Action, ...], tuple[tuple[int, tuple[Action, ...]], ...]]] = {}
     alternatives_of: dict[int, tuple[int, ...]] = {}  # they depend on the target switch only
-    for address, ep in entries:
-        port = row[address.lid]
+    for (address, ep), port in zip(entries, ports_of_entry, strict=True):
         if port in (NO_PORT, 0):
             continue
         target = ep_target[ep]
@@ -326,10 +338,8 @@ def _address_flows(
             if target != s and use_alternatives:
                 alternatives = alternatives_of.get(target)
                 if alternatives is None:
-                    if alt_rows is None:
-                        alt_rows = np.unpackbits(tables.alt[s], axis=1, count=n_ports).tolist()
-                    alternatives = tuple(p for p, bit in enumerate(alt_rows[target]) if bit)
-                    alternatives_of[target] = alternatives
+                    bits = alt_row[target * alt_width : (target + 1) * alt_width]
+                    alternatives = alternatives_of[target] = _ports_of(bits, n_ports)
                 if len(alternatives) > 1:
                     static = (build.static(port, alternatives),)
                     spread = build.multipath(alternatives) if slot_tables else static
@@ -342,6 +352,12 @@ def _address_flows(
         for dscp, class_actions in per_class:
             key = match(eth_dst=address.mac, eth_type=ETH_TYPE_IPV4, ip_dscp=dscp)
             flows.append(FlowIntent(0, PRIORITY_CLASS, key, class_actions, cookie))
+
+
+@lru_cache(maxsize=4096)
+def _ports_of(bits: bytes, n_ports: int) -> tuple[int, ...]:
+    """The ports set in a packed alternatives bitmap (a fabric has a few dozen distinct ones)."""
+    return tuple(np.flatnonzero(np.unpackbits(np.frombuffer(bits, dtype=np.uint8), count=n_ports)).tolist())
 
 
 #: A changed switch is patched (only its changed destinations compiled again) while at most this share of
