@@ -100,20 +100,29 @@ def reroute(
         for end in (link.a, link.b):
             if nodes[end.node].is_switch and end.node in live.nodes:
                 affected |= previous.lft[old.switch_index[end.node]] == end.port
-    removed = {int(lid) for lid in old.dest_lids if int(lid) not in subnet.lids.endpoints}
-    removed |= {
-        int(lid)
-        for lid in old.dest_lids
-        if old.lids.endpoints[int(lid)] != subnet.lids.endpoints.get(int(lid))
-    }
+    # a cable cut that strands nobody keeps every LID's endpoint: one comparison of the two maps
+    same_lids = old.lids.endpoints == subnet.lids.endpoints
+    removed: set[int] = set()
+    if not same_lids:
+        removed = {int(lid) for lid in old.dest_lids if int(lid) not in subnet.lids.endpoints}
+        removed |= {
+            int(lid)
+            for lid in old.dest_lids
+            if old.lids.endpoints[int(lid)] != subnet.lids.endpoints.get(int(lid))
+        }
     affected[sorted(removed)] = False
 
     # The previous tables in the new subnet's shape: rows by switch name, columns by LID (LIDs are stable).
     rows = np.array([old.switch_index[name] for name in subnet.switch_names], dtype=np.intp)
     lft = new_lft(subnet)
     common = np.array([lid for lid in subnet.dest_lids.tolist() if lid <= old.max_lid], dtype=np.intp)
-    same = np.array(
-        [old.lids.endpoints.get(int(lid)) == subnet.lids.endpoints[int(lid)] for lid in common], dtype=bool
+    same = (
+        np.ones(common.size, dtype=bool)
+        if same_lids
+        else np.array(
+            [old.lids.endpoints.get(int(lid)) == subnet.lids.endpoints[int(lid)] for lid in common],
+            dtype=bool,
+        )
     )
     kept = common[same & ~affected[common]]
     lft[:, kept] = previous.lft[np.ix_(rows, kept)]
