@@ -202,9 +202,18 @@ def _told_time(announce: str | None) -> Callable[[], float]:
     def read() -> float:
         if announce is not None:
             print(announce, flush=True)
-        return float(sys.stdin.readline())
+        line = sys.stdin.readline()
+        try:
+            return float(line)
+        except ValueError:
+            got = repr(line)[:40]
+            raise ProbeUsage(f"expected a wall-clock time (epoch seconds) on stdin, got {got}") from None
 
     return read
+
+
+class ProbeUsage(ValueError):
+    """Bad arguments or input: said on stderr with exit status 2, not as a traceback."""
 
 
 def release(procs: Iterable[subprocess.Popen[str]], at: float) -> None:
@@ -294,5 +303,17 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def run(argv: list[str]) -> int:
+    """`main`, with bad arguments or input reported in one line (exit 2) instead of a traceback."""
+    try:
+        return main(argv)
+    except (ProbeUsage, IndexError) as exc:
+        print(f"probe: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a number that does not parse
+        print(f"probe: bad argument: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(sys.argv[1:]))

@@ -67,3 +67,18 @@ def test_without_an_end_time_the_receiver_stops_at_its_own_duration() -> None:
         if receiver.poll() is None:
             receiver.kill()
             receiver.wait()
+
+
+def test_a_probe_told_no_time_or_given_bad_arguments_says_so_in_one_line() -> None:
+    told_nothing = subprocess.run(
+        [*PROBE, "send", "127.0.0.1", "47312", "100", "0.1", "64", "--wait-go"],
+        check=False, input="", capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert told_nothing.returncode == 2 and "Traceback" not in told_nothing.stderr
+    assert "wall-clock time" in told_nothing.stderr and told_nothing.stdout.strip() == "ready"
+    bad_rate = subprocess.run([*PROBE, "send", "127.0.0.1", "47312", "fast", "0.1"], check=False,
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert bad_rate.returncode == 2 and "Traceback" not in bad_rate.stderr and "fast" in bad_rate.stderr
+    missing = subprocess.run([*PROBE, "send", "127.0.0.1"], check=False, capture_output=True, text=True,
+                             timeout=30)  # fmt: skip
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr

@@ -160,34 +160,67 @@ class ColumnFigures:
         self.max_extra[at] = np.where(used, extra, _NONE).max(axis=0)
         self.longer[at] = np.where(used & (extra > 0), w, 0).sum(axis=0)
 
-    def copy_for(self, subnet: Subnet, lft: U8, shortest: npt.NDArray[np.integer]) -> ColumnFigures:
-        count = self.turn_count.copy() if self.turn_count is not None else None
-        return ColumnFigures(
-            subnet, lft, shortest, self.dead.copy(), self.loops.copy(), self.unreachable.copy(),
-            self.hop_sum.copy(), self.shortest_sum.copy(), self.longer.copy(), self.max_hops.copy(),
-            self.max_extra.copy(), count,
-        )  # fmt: skip
+    def carry(self, tables: RoutingTables, shortest: npt.NDArray[np.integer]) -> ColumnFigures | None:
+        """These figures for `tables`: kept columns carried over, the others walked again — or None when
+        nothing carries over (a switch or destination added or moved, hosts lost, another port count, a
+        lost switch whose entries did not all arrive, or too many columns to redo).
 
-    def redo(self, tables: RoutingTables, shortest: npt.NDArray[np.integer]) -> npt.NDArray[np.intp] | None:
-        """The columns whose figures may differ in `tables` (entries changed, an entry into a cable that
-        changed, a destination whose shortest distances changed), or None when nothing carries over (other
-        switches, destinations, hosts or port count)."""
+        Columns walked again: entries changed, an entry into a cable that came or went, a destination whose
+        shortest distances changed.  Switches may have been lost (a switch loss renumbers the others): the
+        figures then follow the switches by name and the destinations by LID."""
         old, new = self.subnet, tables.subnet
+        if self.lft.shape[1] != tables.lft.shape[1] or old.n_ports != new.n_ports:
+            return None
+        index = old.switch_index
+        if any(name not in index for name in new.switch_names):
+            return None
+        old_of = np.array([index[name] for name in new.switch_names], dtype=np.intp)
+        new_of = np.full(old.n_switches, -1, dtype=np.intp)
+        new_of[old_of] = np.arange(old_of.size)
+        lost = np.flatnonzero(new_of < 0)
+        cols = np.searchsorted(old.dest_lids, new.dest_lids)  # each new destination's old column
+        if cols.size and int(cols.max()) >= old.dest_lids.size:
+            return None
         if (
-            old.switch_names != new.switch_names
-            or self.lft.shape != tables.lft.shape
-            or not np.array_equal(old.dest_lids, new.dest_lids)
-            or not np.array_equal(old.dest_port, new.dest_port)
-            or not np.array_equal(old.dest_switch, new.dest_switch)
-            or not np.array_equal(old.hosts_per_switch, new.hosts_per_switch)
+            not np.array_equal(old.dest_lids[cols], new.dest_lids)
+            or not np.array_equal(new_of[old.dest_switch[cols]], new.dest_switch)
+            or not np.array_equal(old.dest_port[cols], new.dest_port)
+            or not np.array_equal(old.hosts_per_switch[old_of], new.hosts_per_switch)
+            or int(old.hosts_per_switch[lost].sum()) != 0
+            or (lost.size and (self.dead.any() or self.loops.any()))  # a lost row's outcome counted
         ):
             return None
         lids = new.dest_lids
-        redo = (tables.lft[:, lids] != self.lft[:, lids]).any(axis=0)
-        for s, p in zip(*np.nonzero((old.nbr != new.nbr) | (old.nbr_port != new.nbr_port)), strict=True):
-            redo |= self.lft[s, lids] == p  # routes into a cable that came or went
-        redo |= (shortest != self.shortest).any(axis=0)[new.dest_switch]
-        return np.flatnonzero(redo)
+        before = self.lft[old_of]
+        redo = (tables.lft[:, lids] != before[:, lids]).any(axis=0)
+        old_nbr = old.nbr[old_of]
+        moved_nbr = np.where(old_nbr >= 0, new_of[np.maximum(old_nbr, 0)], -1)
+        cables = (moved_nbr != new.nbr) | (old.nbr_port[old_of] != new.nbr_port)
+        for s, p in zip(*np.nonzero(cables), strict=True):
+            redo |= before[s, lids] == p  # routes into a cable that came or went
+        redo |= (shortest != self.shortest[np.ix_(old_of, old_of)]).any(axis=0)[new.dest_switch]
+        again = np.flatnonzero(redo)
+        if again.size > INCREMENTAL_MAX_SHARE * lids.size:
+            return None
+        count = None
+        if self.turn_count is not None:  # take out what the redone and the vanished columns made
+            width = old.n_ports
+            out = np.union1d(cols[again], np.setdiff1d(np.arange(old.dest_lids.size), cols))
+            total = self.turn_count.astype(np.int64)
+            if out.size:
+                total -= np.bincount(block_turn_index(old, follow(old, self.lft, out)), minlength=total.size)
+            grid = total.reshape(old.n_switches, width, width)
+            if (grid < 0).any() or grid[lost].any():
+                return None  # cannot happen for a consistent pair; walked whole then
+            count = np.ascontiguousarray(grid[old_of], dtype=np.int32).reshape(-1)
+        figures = ColumnFigures(
+            new, tables.lft, shortest, self.dead[cols], self.loops[cols], self.unreachable[cols],
+            self.hop_sum[cols], self.shortest_sum[cols], self.longer[cols], self.max_hops[cols],
+            self.max_extra[cols], count,
+        )  # fmt: skip
+        if again.size:
+            figures.fill(again)
+        return figures
 
 
 def verify(
@@ -208,14 +241,7 @@ def verify(
     columns = None
     before = previous.columns if previous is not None else None
     if before is not None and (before.turn_count is not None) == check_turns:
-        redo = before.redo(tables, shortest)
-        if redo is not None and redo.size <= INCREMENTAL_MAX_SHARE * subnet.dest_lids.size:
-            columns = before.copy_for(subnet, lft, shortest)
-            if redo.size and columns.turn_count is not None:  # what those columns used to make
-                index = block_turn_index(before.subnet, follow(before.subnet, before.lft, redo))
-                columns.turn_count[:] -= np.bincount(index, minlength=columns.turn_count.size)
-            if redo.size:
-                columns.fill(redo)
+        columns = before.carry(tables, shortest)
     if columns is None:
         columns = ColumnFigures.empty(subnet, lft, shortest, check_turns)
         for cols in column_blocks(subnet):
