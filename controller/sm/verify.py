@@ -231,8 +231,8 @@ def verify(
     previous: Verification | None = None,
 ) -> Verification:
     """`alternatives`: also check deadlock freedom over every equal-cost alternative (see module doc).
-    `previous`: a verification of tables on the same switches and destinations (the one before a reroute):
-    only the columns that may differ are walked again (`ColumnFigures`); the result is the same."""
+    `previous`: the verification before a reroute (the same destinations; switches may have been lost):
+    only the columns that may differ are walked again (`ColumnFigures.carry`); the result is the same."""
     subnet = tables.subnet
     lft = tables.lft
     n_hosts = int(subnet.ep_lids.size)
