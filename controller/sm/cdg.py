@@ -25,12 +25,11 @@ from controller.sm.walk import Follow, follow_hosts
 LAYERING_LIMIT = 20_000_000
 
 
-def block_dependencies(subnet: Subnet, result: Follow, per_destination: bool) -> tuple[I64, I64]:
-    """Dependency codes (c_in * n_channels + c_out) of one block's host destinations, with the destination
-    column causing each: unique codes (one owner each), or with `per_destination` every distinct
-    (code, destination) pair.  Only entries that host traffic can reach count: a switch is on the way to a
-    destination if it has hosts or a switch on the way forwards to it."""
-    chan, n_chan = subnet.switch_channels
+def _reached_turns(subnet: Subnet, result: Follow) -> tuple[I64, I64, I64, I64, npt.NDArray[np.intp]]:
+    """The turns host traffic makes in one block: for each, the switch it comes from (src_rows), the
+    host-destination column (src_cols), the middle switch (mid); with the block's host destinations (cols)
+    and their out ports.  A switch is on the way to a destination if it has hosts or a switch on the way
+    forwards to it; a turn needs the middle switch to forward onward (not deliver)."""
     host = subnet.dest_is_host[result.cols]
     cols = result.cols[host]
     nxt = result.next_switch[:, host]
@@ -48,7 +47,15 @@ def block_dependencies(subnet: Subnet, result: Follow, per_destination: bool) ->
     src_rows, src_cols = np.nonzero(used & (nxt >= 0))
     mid = nxt[src_rows, src_cols]
     onward = nxt[mid, src_cols] >= 0
-    src_rows, src_cols, mid = src_rows[onward], src_cols[onward], mid[onward]
+    return src_rows[onward], src_cols[onward], mid[onward].astype(np.int64), cols, port
+
+
+def block_dependencies(subnet: Subnet, result: Follow, per_destination: bool) -> tuple[I64, I64]:
+    """Dependency codes (c_in * n_channels + c_out) of one block's host destinations, with the destination
+    column causing each: unique codes (one owner each), or with `per_destination` every distinct
+    (code, destination) pair.  Only entries that host traffic can reach count (`_reached_turns`)."""
+    chan, n_chan = subnet.switch_channels
+    src_rows, src_cols, mid, cols, port = _reached_turns(subnet, result)
     c_in = chan[src_rows, port[src_rows, src_cols]]
     c_out = chan[mid, port[mid, src_cols]]
     code = c_in.astype(np.int64) * n_chan + c_out
@@ -76,24 +83,9 @@ def block_turn_index(subnet: Subnet, result: Follow) -> I64:
     """`block_turns` as flat indices (m * width + p) * width + q, once per (turn, destination) that makes
     it: counted (`np.bincount`), they say how many destinations use each turn."""
     width = subnet.n_ports
-    host = subnet.dest_is_host[result.cols]
-    nxt = result.next_switch[:, host]
-    port = result.port[:, host].astype(np.intp)
-    used = np.repeat(subnet.has_hosts[:, None], nxt.shape[1], axis=1)
-    col_index = np.broadcast_to(np.arange(nxt.shape[1]), nxt.shape)
-    for _ in range(subnet.n_switches):
-        forward = used & (nxt >= 0)
-        grown = used.copy()
-        grown[nxt[forward], col_index[forward]] = True
-        if (grown == used).all():
-            break
-        used = grown
-    src_rows, src_cols = np.nonzero(used & (nxt >= 0))
-    mid = nxt[src_rows, src_cols]
-    onward = nxt[mid, src_cols] >= 0
-    src_rows, src_cols, mid = src_rows[onward], src_cols[onward], mid[onward]
+    src_rows, src_cols, mid, _, port = _reached_turns(subnet, result)
     p_in = subnet.nbr_port[src_rows, port[src_rows, src_cols]]
-    index: I64 = (mid.astype(np.int64) * width + p_in) * width + port[mid, src_cols]
+    index: I64 = (mid * width + p_in) * width + port[mid, src_cols]
     return index
 
 
