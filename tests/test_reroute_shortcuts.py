@@ -161,8 +161,8 @@ def test_the_controller_diffs_along_patches_and_its_switches_hold_what_it_wants(
 
 @pytest.mark.parametrize("fabric", [fat_tree(8), opensm_fat_tree(6)], ids=lambda f: f.name)
 def test_kept_ports_are_added_to_the_alternatives_as_entry_by_entry(fabric: Fabric) -> None:
-    """`incremental._with_kept_ports` (bit masks per destination switch) against the entry-by-entry walk,
-    with alternatives thinned at random so that bits are missing."""
+    """`incremental._with_kept_ports` (only where the previous alternatives lost a bit) against the walk
+    over every kept entry, with alternatives thinned at random so that bits are missing."""
     import random
 
     from controller.sm import incremental
@@ -176,10 +176,43 @@ def test_kept_ports_are_added_to_the_alternatives_as_entry_by_entry(fabric: Fabr
     for _ in range(4):
         thinned = tables.alt & rng.integers(0, 256, tables.alt.shape, dtype=np.uint8)
         kept = np.array(sorted(pick.sample(subnet.dest_lids.tolist(), subnet.dest_lids.size // 2)))
-        fast = incremental._with_kept_ports(subnet, thinned, tables.lft, kept)
+        fast = incremental._with_kept_ports(
+            subnet, thinned, tables.lft, kept, tables.alt, np.arange(subnet.n_switches)
+        )
         walk = incremental._with_kept_ports_walk(subnet, thinned.copy(), tables.lft, kept)
         assert np.array_equal(fast, walk)
         assert not np.array_equal(fast, thinned)  # bits were missing and were set
+    # nothing lost: the alternatives are returned as they are
+    same = incremental._with_kept_ports(
+        subnet, tables.alt, tables.lft, kept, tables.alt, np.arange(subnet.n_switches)
+    )
+    assert same is tables.alt
+
+
+@pytest.mark.parametrize(
+    "fabric",
+    [fat_tree(8), opensm_fat_tree(8), rail(4, 4, groups=2)],
+    ids=lambda f: f.name,
+)
+def test_ftree_routes_some_destinations_as_it_routes_them_all(fabric: Fabric) -> None:
+    """`route_some` (what an incremental reroute asks for) gives `route`'s entries toward the LIDs asked
+    for and the same alternatives, on intact and damaged fabrics, for few and many destinations."""
+    from controller.sm.engines import default_registry
+    from controller.sm.subnet import Subnet
+    from topologies.faults import degrade
+
+    engine = default_registry().create("ftree")
+    rng = np.random.default_rng(7)
+    for seed in range(4):
+        live = fabric if seed == 0 else degrade(fabric, 3 * seed, seed % 2, seed=seed).fabric
+        subnet = Subnet.build(live)
+        whole = engine.route(subnet)
+        for share in (0.02, 0.3, 1.0):
+            size = max(1, int(share * subnet.dest_lids.size))
+            lids = np.sort(rng.choice(subnet.dest_lids, size, replace=False))
+            some = engine.route_some(subnet, lids)
+            assert np.array_equal(some.lft[:, lids], whole.lft[:, lids]), (seed, share)
+            assert np.array_equal(some.alt, whole.alt)
 
 
 def _verification_walk(fabric: Fabric, engine: str, seed: int, steps: int) -> tuple[int, int]:

@@ -167,7 +167,10 @@ def _route(
     if found is not None:
         return found[0], found[1], None
     tables = router.route(Subnet.build(live, lids))
-    verification = verify(tables, alternatives=alternatives)
+    # a restore changes few columns too: the others' figures carry over (`ColumnFigures.carry` says when
+    # they cannot, and the verification is whole then; the result is the same either way)
+    before = previous.verification if previous is not None else None
+    verification = verify(tables, alternatives=alternatives, previous=before)
     if recent is not None:
         recent.put(key, (tables, verification))
     return tables, verification, None

@@ -6,6 +6,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import ClassVar
 
+import numpy as np
+import numpy.typing as npt
+
 from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
 from topologies.errors import InputError
@@ -25,6 +28,12 @@ class RoutingEngine(ABC):
 
     @abstractmethod
     def route(self, subnet: Subnet) -> RoutingTables: ...
+
+    def route_some(self, subnet: Subnet, lids: npt.NDArray[np.integer]) -> RoutingTables:
+        """Tables whose entries toward the destination LIDs `lids` are `route`'s (the others unspecified),
+        with all of `route`'s alternatives: what an incremental reroute needs when only a few destinations
+        move.  Engines that cannot route part of the destinations route them all."""
+        return self.route(subnet)
 
     def with_lanes(self, vls: int) -> RoutingEngine:
         """This engine allowed `vls` virtual lanes for deadlock freedom (one-lane engines: itself)."""

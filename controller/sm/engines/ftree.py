@@ -164,6 +164,15 @@ class FatTreeEngine(RoutingEngine):
         return None if problem is None else f"not a fat-tree: {problem}"
 
     def route(self, subnet: Subnet) -> RoutingTables:
+        return self._route(subnet, None)
+
+    def route_some(self, subnet: Subnet, lids: npt.NDArray[np.integer]) -> RoutingTables:
+        """Only the entries toward `lids` are chosen (each destination's entries are a formula over
+        per-switch candidate tables, independent of the others'); the alternatives are whole.  A k=16
+        cable cut moves ~a tenth of the destinations."""
+        return self._route(subnet, np.asarray(lids, dtype=np.intp))
+
+    def _route(self, subnet: Subnet, only: npt.NDArray[np.intp] | None) -> RoutingTables:
         o = orient(subnet, "exclude")
         pos = switch_positions(subnet, o.rank, o.ud.up)
         order = port_order(subnet, pos)
@@ -172,16 +181,23 @@ class FatTreeEngine(RoutingEngine):
         n, width = subnet.n_switches, subnet.n_ports
         lft = new_lft(subnet)
         alt = np.zeros((n, n, (width + 7) // 8), dtype=np.uint8)
-        target = subnet.dest_switch.astype(np.intp)
-        lids = subnet.dest_lids.astype(np.intp)
+        # the destination columns routed: all, or those of `only`
+        cols = slice(None) if only is None else np.searchsorted(subnet.dest_lids, only)
+        target_all = subnet.dest_switch.astype(np.intp)[cols]
+        lids = subnet.dest_lids.astype(np.intp)[cols]
+        number = number[cols]
         number32 = number.astype(np.int32)
+        # the destination switches they are on (columns of the per-switch candidate tables), and each
+        # destination's among them
+        targets, target = np.unique(target_all, return_inverse=True)
+        target = target.reshape(-1).astype(np.intp)
         port_rank = np.empty_like(order)
         np.put_along_axis(port_rank, order, np.broadcast_to(np.arange(width), order.shape), axis=1)
         # Uplinks of each switch in preference order: the "j-th uplink" of the digit rule.
         n_up = o.ud.up.sum(axis=1).astype(np.int64)
         designed = designed_uplinks(n_up, o.rank)
         by_slot = _uplinks_by_slot(subnet, o, pos, order, designed)
-        leaf_target = subnet.has_hosts[None, :]
+        leaf_target = subnet.has_hosts[None, targets]
         candidates = UpDownCandidates(subnet, o.ud, o.hops)
         # Pass 1: every switch's candidate ports (kept whole as the alternatives) and how many it has toward
         # each destination switch while climbing (its "strength"; a switch that can go down is never weak).
@@ -191,15 +207,18 @@ class FatTreeEngine(RoutingEngine):
             alt[rows] = np.packbits(mask, axis=2)
             climbing = o.ud.down_dist[rows] == INF
             strength[rows] = np.where(climbing, mask.sum(axis=2), _STRONG)
-        weak = _weak_targets(strength[:n], o.rank)
+        weak_all = _weak_targets(strength[:n], o.rank)
+        weak = np.flatnonzero(np.isin(targets, weak_all))  # positions among `targets`
         repaired_entries = moved_entries = 0
-        for rows in blocks(n, width):
-            mask = np.unpackbits(alt[rows], axis=2, count=width).astype(bool)
+        for rows in blocks(n, width) if targets.size else []:  # no destinations asked for: alternatives only
+            mask = np.unpackbits(alt[rows][:, targets], axis=2, count=width).astype(bool)
             if weak.size:
-                mask[:, weak] = _without_weak_uplinks(mask[:, weak], subnet.nbr[rows], strength[:, weak], n)
+                mask[:, weak] = _without_weak_uplinks(
+                    mask[:, weak], subnet.nbr[rows], strength[:, targets[weak]], n
+                )
             rank = o.rank[rows].astype(np.intp)
             divisors = np.stack([div[rank], div[rank + 1]], axis=1)  # per row: [ascending, descending]
-            descending = o.ud.down_dist[rows] != INF
+            descending = o.ud.down_dist[rows][:, targets] != INF
             uid, ports, count, divisor, most = _candidate_tables(mask, descending, port_rank[rows], divisors)
             u = uid[:, target]  # (B, D)
             pick = (number32[None, :] // divisor[u]) % np.maximum(count[u], 1)
@@ -207,7 +226,8 @@ class FatTreeEngine(RoutingEngine):
             up_count = designed[rows]
             # (B, T): climbing toward a leaf, but fewer uplinks reach it than the switch's tier was built
             # with (some cannot reach it, or are gone); in an intact tree all can
-            degraded = ~descending & leaf_target & (o.ud.dist[rows] != INF) & (count[uid] < up_count[:, None])
+            reach = o.ud.dist[rows][:, targets] != INF
+            degraded = ~descending & leaf_target & reach & (count[uid] < up_count[:, None])
             if degraded.any():
                 entries = degraded[:, target]
                 repaired_entries += int(entries.sum())
