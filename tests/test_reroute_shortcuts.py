@@ -344,3 +344,31 @@ def test_group_users_counted_at_compile_equal_a_count_over_the_flows(policy: str
     for program in computation.programs.values():
         counted = Counter(int(a[1]) for f in program.flows.values() for a in f.actions if a[0] == "group")
         assert "group_users" in program.__dict__ and program.group_users == counted
+
+
+@pytest.mark.parametrize(
+    "fabric", [fat_tree(8), opensm_fat_tree(8), rail(4, 4, groups=2)], ids=lambda f: f.name
+)
+def test_ftree_routes_the_same_with_and_without_the_last_routings_candidates(fabric: Fabric) -> None:
+    """`candidate_reuse` takes the candidates of switches a change did not reach from the last routing:
+    along walks of cuts, restores and switch losses every routing equals one made with no memo."""
+    from controller.sm.engines import candidate_reuse, default_registry
+    from controller.sm.lids import LidMap, assign_lids
+    from controller.sm.subnet import Subnet
+
+    engine = default_registry().create("ftree")
+    context = SubnetContext.build(fabric)
+    for seed in range(3):
+        candidate_reuse.forget()
+        lids: LidMap | None = None
+        for step, (what, down) in enumerate(faultwalk.walk(fabric, seed, 12)):
+            live, _ = context.live_fabric(down)
+            lids = assign_lids(live, previous=lids)
+            subnet = Subnet.build(live, lids)
+            remembered = engine.route(subnet)
+            kept = list(candidate_reuse._recent)
+            candidate_reuse.forget()
+            fresh = engine.route(subnet)
+            candidate_reuse._recent.extend(kept)
+            assert np.array_equal(remembered.lft, fresh.lft), (seed, step, what)
+            assert np.array_equal(remembered.alt, fresh.alt), (seed, step, what)

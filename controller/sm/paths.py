@@ -143,10 +143,14 @@ class ShortestCandidates:
         self.dist = dist
         self.padded = np.vstack([dist, np.full((1, dist.shape[1]), INF, dtype=np.uint8)])
 
-    def __call__(self, rows: npt.NDArray[np.intp]) -> Bool:
+    def __call__(self, rows: npt.NDArray[np.intp], cols: npt.NDArray[np.intp] | None = None) -> Bool:
+        """`cols`: toward these switches only (mask[b, j, p] for switch cols[j])."""
         nbr = self.subnet.nbr[rows]  # (B, P)
-        far = self.padded[np.where(nbr >= 0, nbr, self.dist.shape[0])]  # (B, P, T)
-        here = self.dist[rows][:, None, :]  # (B, 1, T)
+        padded, dist = (
+            (self.padded, self.dist) if cols is None else (self.padded[:, cols], self.dist[:, cols])
+        )
+        far = padded[np.where(nbr >= 0, nbr, self.dist.shape[0])]  # (B, P, T)
+        here = dist[rows][:, None, :]  # (B, 1, T)
         mask = (far.astype(np.int16) == here.astype(np.int16) - 1) & (here != INF) & (here > 0)
         return np.ascontiguousarray(mask.transpose(0, 2, 1))
 
@@ -171,24 +175,29 @@ class UpDownCandidates:
         self.all_padded = np.vstack([ud.dist, inf_row])
         self.shortest = ShortestCandidates(subnet, complete_with) if complete_with is not None else None
 
-    def __call__(self, rows: npt.NDArray[np.intp]) -> Bool:
+    def __call__(self, rows: npt.NDArray[np.intp], cols: npt.NDArray[np.intp] | None = None) -> Bool:
+        """`cols`: toward these switches only (mask[b, j, p] for switch cols[j])."""
         ud = self.ud
         n = self.subnet.n_switches
         nbr = self.subnet.nbr[rows]
         idx = np.where(nbr >= 0, nbr, n)
-        here_down = ud.down_dist[rows][:, None, :]
-        here = ud.dist[rows][:, None, :]
+        down_dist, dist, down_padded, all_padded = ud.down_dist, ud.dist, self.down_padded, self.all_padded
+        if cols is not None:
+            down_dist, dist = down_dist[:, cols], dist[:, cols]
+            down_padded, all_padded = down_padded[:, cols], all_padded[:, cols]
+        here_down = down_dist[rows][:, None, :]
+        here = dist[rows][:, None, :]
         in_down_phase = here_down != INF
         # In the down phase only down ports toward a switch one step closer going down; otherwise only up
         # ports toward a switch one step closer on its own route.
-        down_ok = ud.down[rows][:, :, None] & (self.down_padded[idx] == here_down - 1) & in_down_phase
+        down_ok = ud.down[rows][:, :, None] & (down_padded[idx] == here_down - 1) & in_down_phase
         down_ok &= here_down > 0
-        up_ok = ud.up[rows][:, :, None] & (self.all_padded[idx] == here - 1) & ~in_down_phase & (here != INF)
+        up_ok = ud.up[rows][:, :, None] & (all_padded[idx] == here - 1) & ~in_down_phase & (here != INF)
         mask = down_ok | up_ok
         if self.shortest is not None:
             missing = here == INF
             if missing.any():
-                mask |= missing & self.shortest(rows).transpose(0, 2, 1)
+                mask |= missing & self.shortest(rows, cols).transpose(0, 2, 1)
         return np.ascontiguousarray(mask.transpose(0, 2, 1))
 
 

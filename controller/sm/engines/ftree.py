@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from controller.sm.engines.base import RoutingEngine
+from controller.sm.engines.candidate_reuse import first_pass
 from controller.sm.engines.common import port_order
 from controller.sm.hostorder import HostOrder, host_order, switch_positions, uplink_slots
 from controller.sm.orientation import Orientation, orient
@@ -180,7 +181,6 @@ class FatTreeEngine(RoutingEngine):
         number = destination_numbers(subnet)
         n, width = subnet.n_switches, subnet.n_ports
         lft = new_lft(subnet)
-        alt = np.zeros((n, n, (width + 7) // 8), dtype=np.uint8)
         # the destination columns routed: all, or those of `only`
         cols = slice(None) if only is None else np.searchsorted(subnet.dest_lids, only)
         target_all = subnet.dest_switch.astype(np.intp)[cols]
@@ -201,12 +201,8 @@ class FatTreeEngine(RoutingEngine):
         candidates = UpDownCandidates(subnet, o.ud, o.hops)
         # Pass 1: every switch's candidate ports (kept whole as the alternatives) and how many it has toward
         # each destination switch while climbing (its "strength"; a switch that can go down is never weak).
-        strength = np.full((n + 1, n), _STRONG, dtype=np.int16)
-        for rows in blocks(n, width):
-            mask = candidates(rows)
-            alt[rows] = np.packbits(mask, axis=2)
-            climbing = o.ud.down_dist[rows] == INF
-            strength[rows] = np.where(climbing, mask.sum(axis=2), _STRONG)
+        # (Switches a change did not reach keep the last routing's: `candidate_reuse`.)
+        alt, strength = first_pass(subnet, o, candidates, _STRONG, blocks(n, width)[0].size)
         weak_all = _weak_targets(strength[:n], o.rank)
         weak = np.flatnonzero(np.isin(targets, weak_all))  # positions among `targets`
         repaired_entries = moved_entries = 0
