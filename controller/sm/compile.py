@@ -222,7 +222,7 @@ class _Builder:
         self.used: dict[tuple[int, ...], Assignment] = {}
         #: Each set's slot flows, in slot order (their byte counters are adaptive routing's per-slot load).
         self.slot_keys: dict[tuple[int, ...], tuple[FlowKey, ...]] = {}
-        self._static: dict[tuple[int, tuple[int, ...]], Action] = {}
+        self._static: dict[tuple[int, bytes], Action] = {}
 
     def group(self, kind: GroupKind, ports: tuple[int, ...]) -> Action:
         gid = self.ids.get(kind, ports)
@@ -235,18 +235,19 @@ class _Builder:
             return self.group(GroupKind.FAST_FAILOVER, failover_ports(port, ports))
         return ("output", port)
 
-    def static(self, port: int, alternatives: tuple[int, ...]) -> Action:
+    def static(self, port: int, alternatives: tuple[int, ...], packed: bytes) -> Action:
         """The LFT's port: a fast-failover group leading with it, then the sorted alternatives.  Many
         destination switches share a set of alternatives (a leaf's uplinks): each (port, set) is built
-        once per switch."""
-        found = self._static.get((port, alternatives))
+        once per switch, looked up by the set's packed bits `packed` (bytes keep their hash; a tuple of
+        ports is hashed again on every lookup)."""
+        found = self._static.get((port, packed))
         if found is not None:
             return found
         action: Action = ("output", port)
         if self.options.fast_failover and len(alternatives) > 1:
             others = sorted(p for p in alternatives if p != port)
             action = self.group(GroupKind.FAST_FAILOVER, (port, *others))
-        self._static[(port, alternatives)] = action
+        self._static[(port, packed)] = action
         return action
 
     def slot_set(self, ports: tuple[int, ...]) -> int:
@@ -326,7 +327,7 @@ def _address_flows(
     slot_tables = options.slot_tables  # a property: asked once, not per destination
     use_alternatives = slot_tables or options.fast_failover
     actions: dict[tuple[int, int], tuple[tuple[Action, ...], tuple[tuple[int, tuple[Action, ...]], ...]]] = {}
-    alternatives_of: dict[int, tuple[int, ...]] = {}  # they depend on the target switch only
+    alternatives_of: dict[int, tuple[tuple[int, ...], bytes]] = {}  # they depend on the target switch only
     for (address, ep), port in zip(entries, ports_of_entry, strict=True):
         if port in (NO_PORT, 0):
             continue
@@ -336,15 +337,17 @@ def _address_flows(
             main: tuple[Action, ...] = (("output", port),)
             per_class: tuple[tuple[int, tuple[Action, ...]], ...] = ()
             if target != s and use_alternatives:
-                alternatives = alternatives_of.get(target)
-                if alternatives is None:
+                known = alternatives_of.get(target)
+                if known is None:
                     bits = alt_row[target * alt_width : (target + 1) * alt_width]
-                    alternatives = alternatives_of[target] = _ports_of(bits, n_ports)
+                    known = alternatives_of[target] = (_ports_of(bits, n_ports), bits)
+                alternatives, bits = known
                 if len(alternatives) > 1:
-                    static = (build.static(port, alternatives),)
+                    static = (build.static(port, alternatives, bits),)
                     spread = build.multipath(alternatives) if slot_tables else static
                     main = spread if fabric_multipath else static
-                    per_class = tuple((dscp, spread if mp else static) for dscp, mp in overrides)
+                    if overrides:
+                        per_class = tuple((dscp, spread if mp else static) for dscp, mp in overrides)
             found = actions[(port, target)] = (main, per_class)
         main, per_class = found
         flows = build.flows

@@ -263,17 +263,21 @@ def diff(installed: SwitchProgram | None, desired: SwitchProgram) -> SwitchDelta
     have = have_flows.get
     touched = _touched_since(installed, desired)
     delete_flows: tuple[FlowIntent, ...] = ()
+    # (wanted, installed under the same key) where they are not the same object
+    differing: list[tuple[FlowIntent, FlowIntent | None]]
     if touched is not None:
-        differing = [f for key in touched if (f := want_flows.get(key)) is not None and have(key) is not f]
+        wanted = [(f, have(key)) for key in touched if (f := want_flows.get(key)) is not None]
+        differing = [(f, old) for f, old in wanted if old is not f]
         delete_flows = tuple(f for key in touched if key not in want_flows and (f := have(key)) is not None)
     else:
         # `is` first: a patched program shares its unchanged entries with what the switch was last given
-        differing = [f for key, f in want_flows.items() if have(key) is not f]
-        new_keys = sum(1 for f in differing if f.key not in have_flows)
+        differing = [(f, old) for key, f in want_flows.items() if (old := have(key)) is not f]
+        new_keys = sum(1 for _, old in differing if old is None)
         # every installed key is wanted when as many are shared as installed: no scan for deletes then
         if len(want_flows) - new_keys != len(have_flows):
             delete_flows = tuple(f for key, f in have_flows.items() if key not in want_flows)
-    add_flows = tuple(f for f in differing if (old := have(f.key)) is None or not old.same_behaviour(f))
+    # same key: the same behaviour iff the same actions (`same_behaviour` less the key it was found by)
+    add_flows = tuple(f for f, old in differing if old is None or old.actions != f.actions)
     delete_groups = tuple(sorted(gid for gid in have_groups if gid not in desired.groups))
     return SwitchDelta(
         desired.switch, desired.dpid, add_groups, modify_groups, add_flows, delete_flows, delete_groups,
