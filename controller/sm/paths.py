@@ -16,6 +16,7 @@ Two families of paths:
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,9 +70,18 @@ def identity_bits(n: int) -> U8:
 
 
 def hop_distances(subnet: Subnet) -> U8:
-    """Unrestricted switch-to-switch hop counts: dist[s, t]."""
-    n = subnet.n_switches
-    return bfs_levels(_with_sentinel(subnet.nbr), identity_bits(n), n)
+    """Unrestricted switch-to-switch hop counts: dist[s, t].  Read-only and computed once per subnet
+    (the engine's orientation and the verification both ask; ~2 ms each at k=16)."""
+    found = _hops.get(subnet)
+    if found is None:
+        n = subnet.n_switches
+        found = bfs_levels(_with_sentinel(subnet.nbr), identity_bits(n), n)
+        found.flags.writeable = False
+        _hops[subnet] = found
+    return found
+
+
+_hops: weakref.WeakKeyDictionary[Subnet, U8] = weakref.WeakKeyDictionary()
 
 
 def multi_source_distances(subnet: Subnet, sources: Bool) -> I32:
