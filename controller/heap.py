@@ -7,7 +7,11 @@ dozens of times per change: every REST read waited behind it.  Almost all of tha
 refcounting frees it when a state is replaced; the walks found next to nothing (0 objects in most).
 
 What this does instead:
-- automatic collections of the young generations only (their cost is bounded by their thresholds);
+- automatic collections of the young generations only (their cost is bounded by their thresholds), and
+  the youngest one every `young_objects` allocations instead of CPython's 700: a k=16 switch loss creates
+  ~20,000 flow entries that all live on, and a collection every 700 allocations walked the new containers
+  again and again — ~40 collections, ~20 ms of a ~100 ms reroute, more of a switch loss
+  (`benchmarks.reroute_fakes`: switch loss p50 220 -> 135 ms at 10,000-30,000);
 - once the worker has handled an event, everything alive is moved out of the collector's sight
   (`gc.freeze`, a constant-time list splice), so the next change's collections walk only what it created;
 - a full collection (unfreeze, collect, freeze) only when the frozen heap has grown by `grow_factor` since
@@ -52,9 +56,13 @@ class Heap:
         min_interval_s: float = 3600.0,
         hard_factor: float = 8.0,
         clock: Callable[[], float] = time.monotonic,
+        young_objects: int = 20_000,
     ) -> None:
         if grow_factor <= 1.0 or hard_factor < grow_factor:
             raise ValueError("grow_factor must be > 1 and hard_factor >= grow_factor")
+        if young_objects < 1:
+            raise ValueError("young_objects must be >= 1")
+        self.young_objects = young_objects
         self.grow_factor = grow_factor
         self.hard_factor = hard_factor
         self.floor_objects = floor_objects
@@ -68,10 +76,11 @@ class Heap:
         self._saved_threshold: tuple[int, int, int] | None = None
 
     def install(self) -> None:
-        """Young collections as CPython's defaults have them; no automatic full collections."""
-        young0, young1, _ = gc.get_threshold()
+        """Young collections every `young_objects` allocations (the middle generation as CPython has
+        it); no automatic full collections."""
+        _, young1, _ = gc.get_threshold()
         self._saved_threshold = gc.get_threshold()
-        gc.set_threshold(young0, young1, NO_AUTOMATIC_FULL)
+        gc.set_threshold(self.young_objects, young1, NO_AUTOMATIC_FULL)
         gc.freeze()
         self._baseline = 0  # taken at the first settle: the heap with the first computation in it
 

@@ -31,7 +31,31 @@ class _Node:
 
 def test_install_turns_off_automatic_full_collections(heap: Heap) -> None:
     assert gc.get_threshold()[2] == NO_AUTOMATIC_FULL
+    assert gc.get_threshold()[0] == heap.young_objects == 20_000
     assert gc.get_freeze_count() > 0  # the heap at install is frozen
+
+
+def test_young_collections_still_reclaim_cycles(heap: Heap) -> None:
+    """With the youngest generation collected every 20,000 allocations, cyclic garbage made during an
+    event is still found by the automatic young collections, not left to the full ones."""
+    collected = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop":
+            collected.append(info["collected"])
+
+    gc.callbacks.append(seen)
+    try:
+        for _ in range(60_000):
+            _Node()
+    finally:
+        gc.callbacks.remove(seen)
+    assert sum(collected) >= 20_000
+
+
+def test_young_objects_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="young_objects"):
+        Heap(young_objects=0)
 
 
 def test_settled_freezes_what_is_alive(heap: Heap) -> None:
