@@ -13,7 +13,8 @@ adds the switches' own time instead (`flow_rate` of `benchmarks.controlplane`: ~
 switch, in parallel across switches).
 
 Each fabric runs under the interpreter's own garbage-collection policy (`k16_gc_cpython`: the baseline)
-and under the controller's (`k16`: `controller.heap`, what `fabriclab controller` runs by default).
+and under the controller's (`k16`: `controller.heap`, what `fabriclab controller` runs by default: the
+heap frozen after every event, port changes handled `hurried`).
 
     python -m benchmarks.reroute_fakes --out benchmarks/results/reroute-fakes.json [--ks 8,16] [--n 20]
 """
@@ -21,6 +22,7 @@ and under the controller's (`k16`: `controller.heap`, what `fabriclab controller
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import random
@@ -45,6 +47,8 @@ class _Timed(CoreDriver):
     made_at: float | None = None
     #: Called once an event is handled (the controller's heap policy, when benchmarked with it).
     after_feed: Callable[[], None] = staticmethod(lambda: None)
+    #: Around each event (the heap policy's `hurried`, as the controller's worker does for port changes).
+    around_feed: Callable[[], contextlib.AbstractContextManager[None]] = staticmethod(contextlib.nullcontext)
     made_decoding_s = 0.0
     #: The break phase has started (later make pushes belong to another rollout).
     broken = False
@@ -88,7 +92,8 @@ def _feed(driver: _Timed, event: PortsChanged, at: float) -> tuple[float, float,
     _decoding[0] = 0.0
     driver.made_decoding_s = 0.0
     started = time.perf_counter()
-    steps = driver.feed(event, now=at)
+    with driver.around_feed():
+        steps = driver.feed(event, now=at)
     driver.after_feed()  # as the controller's worker does once an event is handled (not timed)
     made = driver.made_at if driver.made_at is not None else time.perf_counter()
     if driver.made_at is None:
@@ -127,6 +132,7 @@ def _run(k: int, n: int, seed: int, heap: Heap | None) -> dict[str, Any]:
     bring_up_s = time.perf_counter() - started
     if heap is not None:
         driver.after_feed = heap.settled
+        driver.around_feed = heap.hurried
     current = driver.state.current
     assert current is not None
     full = sum(len(p.flows) + len(p.groups) for p in current.programs.values())

@@ -7,11 +7,14 @@ dozens of times per change: every REST read waited behind it.  Almost all of tha
 refcounting frees it when a state is replaced; the walks found next to nothing (0 objects in most).
 
 What this does instead:
-- automatic collections of the young generations only (their cost is bounded by their thresholds), and
-  the youngest one every `young_objects` allocations instead of CPython's 700: a k=16 switch loss creates
-  ~20,000 flow entries that all live on, and a collection every 700 allocations walked the new containers
-  again and again — ~40 collections, ~20 ms of a ~100 ms reroute, more of a switch loss
-  (`benchmarks.reroute_fakes`: switch loss p50 220 -> 135 ms at 10,000-30,000);
+- automatic collections of the young generations only (their cost is bounded by their thresholds);
+- while the worker handles a port change (`hurried`: a reroute, tens to hundreds of milliseconds at
+  k=16), the youngest generation is collected every `young_objects` allocations instead of CPython's 700:
+  a k=16 switch loss creates ~20,000 flow entries that all live on, and a collection every 700 allocations
+  walked them again and again (~40 collections, ~20 ms of a ~100 ms cable cut; switch loss p50 220 -> 135
+  ms, `benchmarks.reroute_fakes`).  Not during long changes (an engine or partition change: seconds):
+  there one collection of 20,000 young objects holds the lock long enough to put readers' p99 past 20 ms
+  (`benchmarks.reads`: 20.1 ms with it, 4.9 ms without);
 - once the worker has handled an event, everything alive is moved out of the collector's sight
   (`gc.freeze`, a constant-time list splice), so the next change's collections walk only what it created;
 - a full collection (unfreeze, collect, freeze) only when the frozen heap has grown by `grow_factor` since
@@ -28,10 +31,11 @@ installs it; tests and the library leave the collector alone.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 LOG = logging.getLogger(__name__)
@@ -76,11 +80,10 @@ class Heap:
         self._saved_threshold: tuple[int, int, int] | None = None
 
     def install(self) -> None:
-        """Young collections every `young_objects` allocations (the middle generation as CPython has
-        it); no automatic full collections."""
-        _, young1, _ = gc.get_threshold()
+        """Young collections as CPython's defaults have them; no automatic full collections."""
+        young0, young1, _ = gc.get_threshold()
         self._saved_threshold = gc.get_threshold()
-        gc.set_threshold(self.young_objects, young1, NO_AUTOMATIC_FULL)
+        gc.set_threshold(young0, young1, NO_AUTOMATIC_FULL)
         gc.freeze()
         self._baseline = 0  # taken at the first settle: the heap with the first computation in it
 
@@ -90,6 +93,17 @@ class Heap:
             gc.set_threshold(*self._saved_threshold)
             self._saved_threshold = None
         gc.unfreeze()
+
+    @contextlib.contextmanager
+    def hurried(self) -> Iterator[None]:
+        """The youngest generation collected every `young_objects` allocations while inside (see the
+        module docstring: for short events whose latency matters)."""
+        before = gc.get_threshold()
+        gc.set_threshold(max(before[0], self.young_objects), before[1], before[2])
+        try:
+            yield
+        finally:
+            gc.set_threshold(*before)
 
     def settled(self) -> None:
         """Called by the worker once an event is handled: freeze what is alive now; collect in full only

@@ -390,7 +390,11 @@ class FabricService:
                     if request is None or request.cancelled:
                         continue
                     request.started = True
-            self._run(event)
+            if self._heap is not None and isinstance(event, PortsChanged):
+                with self._heap.hurried():  # a reroute: fewer young collections (controller.heap)
+                    self._run(event)
+            else:
+                self._run(event)
             if self._heap is not None:
                 self._heap.settled()
 
