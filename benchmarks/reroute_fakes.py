@@ -94,7 +94,7 @@ def _feed(driver: _Timed, event: PortsChanged, at: float) -> tuple[float, float,
     started = time.perf_counter()
     with driver.around_feed():
         steps = driver.feed(event, now=at)
-    driver.after_feed()  # as the controller's worker does once an event is handled (not timed)
+        driver.after_feed()  # as the controller's worker does once an event is handled (not timed)
     made = driver.made_at if driver.made_at is not None else time.perf_counter()
     if driver.made_at is None:
         driver.made_decoding_s = _decoding[0]

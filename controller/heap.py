@@ -9,12 +9,13 @@ refcounting frees it when a state is replaced; the walks found next to nothing (
 What this does instead:
 - automatic collections of the young generations only (their cost is bounded by their thresholds);
 - while the worker handles a port change (`hurried`: a reroute, tens to hundreds of milliseconds at
-  k=16), the youngest generation is collected every `young_objects` allocations instead of CPython's 700:
-  a k=16 switch loss creates ~20,000 flow entries that all live on, and a collection every 700 allocations
-  walked them again and again (~40 collections, ~20 ms of a ~100 ms cable cut; switch loss p50 220 -> 135
-  ms, `benchmarks.reroute_fakes`).  Not during long changes (an engine or partition change: seconds):
-  there one collection of 20,000 young objects holds the lock long enough to put readers' p99 past 20 ms
-  (`benchmarks.reads`: 20.1 ms with it, 4.9 ms without);
+  k=16), the youngest generation is collected only every `young_objects` allocations instead of CPython's
+  700, and the event's objects are frozen (`settled`) before the usual threshold returns: a k=16 switch
+  loss creates ~20,000 flow entries that all live on, and a collection every 700 allocations walked them
+  again and again (~40 collections, ~20 ms of a ~100 ms cable cut, `benchmarks.reroute_fakes`).  Not
+  during long changes (an engine or partition change: seconds): there collections of tens of thousands
+  of young objects hold the lock long enough to put readers' p99 past 20 ms (`benchmarks.reads`: 20.1 ms
+  with a threshold of 20,000 throughout, 4.9 ms without);
 - once the worker has handled an event, everything alive is moved out of the collector's sight
   (`gc.freeze`, a constant-time list splice), so the next change's collections walk only what it created;
 - a full collection (unfreeze, collect, freeze) only when the frozen heap has grown by `grow_factor` since
@@ -60,7 +61,7 @@ class Heap:
         min_interval_s: float = 3600.0,
         hard_factor: float = 8.0,
         clock: Callable[[], float] = time.monotonic,
-        young_objects: int = 20_000,
+        young_objects: int = 200_000,
     ) -> None:
         if grow_factor <= 1.0 or hard_factor < grow_factor:
             raise ValueError("grow_factor must be > 1 and hard_factor >= grow_factor")
@@ -97,7 +98,8 @@ class Heap:
     @contextlib.contextmanager
     def hurried(self) -> Iterator[None]:
         """The youngest generation collected every `young_objects` allocations while inside (see the
-        module docstring: for short events whose latency matters)."""
+        module docstring: for short events whose latency matters).  Call `settled` inside: leaving
+        with many young objects starts a collection of all of them at the next allocation."""
         before = gc.get_threshold()
         gc.set_threshold(max(before[0], self.young_objects), before[1], before[2])
         try:

@@ -18,6 +18,7 @@ rather than queueing stale ones (control stays bounded and off the forwarding pa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -390,12 +391,12 @@ class FabricService:
                     if request is None or request.cancelled:
                         continue
                     request.started = True
-            if self._heap is not None and isinstance(event, PortsChanged):
-                with self._heap.hurried():  # a reroute: fewer young collections (controller.heap)
-                    self._run(event)
-            else:
+            if self._heap is None:
                 self._run(event)
-            if self._heap is not None:
+                continue
+            # a reroute: fewer young collections, and its objects frozen before they are walked
+            with self._heap.hurried() if isinstance(event, PortsChanged) else contextlib.nullcontext():
+                self._run(event)
                 self._heap.settled()
 
     def _run(self, event: Event) -> None:
