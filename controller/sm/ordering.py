@@ -42,19 +42,28 @@ def make_waves(
     old_row = np.array([old.subnet.switch_index.get(name, -1) for name in names], dtype=np.intp)
     old_max = old.subnet.max_lid  # a property that scans every LID: once, not per destination
     before, now = old.subnet.lids.endpoints, subnet.lids.endpoints
-    lids = np.array(
-        [lid for lid in subnet.dest_lids.tolist() if lid <= old_max and before.get(lid) == now[lid]],
-        dtype=np.intp,
-    )
+    if before == now:  # a cut that strands nobody: every LID is where it was
+        lids = subnet.dest_lids.astype(np.intp)
+    else:
+        lids = np.array(
+            [lid for lid in subnet.dest_lids.tolist() if lid <= old_max and before.get(lid) == now[lid]],
+            dtype=np.intp,
+        )
     if lids.size == 0:
         return (todo,)
-    ports = new.lft[:, lids].astype(np.intp)  # (switches, destinations)
-    changed = np.ones(ports.shape, dtype=bool)  # a switch new to the fabric: everything is new
-    known = old_row >= 0
-    changed[known] = ports[known] != old.lft[np.ix_(old_row[known], lids)]
-    # only destinations with a changed entry somewhere can make a switch wait (a cut moves a few of them)
-    moved = np.flatnonzero(changed.any(axis=0))
-    ports, changed = ports[:, moved], changed[:, moved]
+    if old.lft.shape == new.lft.shape and np.array_equal(old_row, np.arange(n)):
+        # the same switches: one comparison of the whole tables, then only the moved destinations
+        differs = new.lft != old.lft
+        lids = lids[differs.any(axis=0)[lids]]
+        ports, changed = new.lft[:, lids].astype(np.intp), differs[:, lids]
+    else:
+        ports = new.lft[:, lids].astype(np.intp)  # (switches, destinations)
+        changed = np.ones(ports.shape, dtype=bool)  # a switch new to the fabric: everything is new
+        known = old_row >= 0
+        changed[known] = ports[known] != old.lft[np.ix_(old_row[known], lids)]
+        # only destinations with a changed entry somewhere can make a switch wait (a cut moves a few)
+        moved = np.flatnonzero(changed.any(axis=0))
+        ports, changed = ports[:, moved], changed[:, moved]
     routed = (ports != NO_PORT) & (ports > 0)
     nxt = np.full(ports.shape, -1, dtype=np.intp)
     nxt[routed] = subnet.nbr[np.nonzero(routed)[0], ports[routed]]
