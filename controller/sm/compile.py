@@ -54,12 +54,25 @@ class _GroupIds:
         content = (kind, ports)
         gid = self.by_content.get(content)
         if gid is None:
-            gid = (zlib.crc32(f"{kind.value}:{','.join(map(str, ports))}".encode()) & 0x7FFFFFFF) or 1
+            gid = _content_id(kind, ports)
             while gid in self.taken:
                 gid = (gid + 1) & 0x7FFFFFFF or 1
             self.by_content[content] = gid
             self.taken.add(gid)
         return gid
+
+
+@lru_cache(maxsize=1 << 16)
+def _content_id(kind: GroupKind, ports: tuple[int, ...]) -> int:
+    """A group's id before collisions are probed: a crc of its content (the same on every switch, so a
+    reroute asks for the same few thousand again and again)."""
+    return (zlib.crc32(f"{kind.value}:{','.join(map(str, ports))}".encode()) & 0x7FFFFFFF) or 1
+
+
+@lru_cache(maxsize=1 << 16)
+def _failover_buckets(port: int, alternatives: tuple[int, ...]) -> tuple[int, ...]:
+    """A static entry's fast-failover buckets: its port, then the other alternatives in order."""
+    return (port, *sorted(p for p in alternatives if p != port))
 
 
 #: Per switch: each set of equal-cost ports its slot table serves -> the slot assignment installed.
@@ -285,8 +298,7 @@ class _Builder:
             return found
         action: Action = ("output", port)
         if self.options.fast_failover and len(alternatives) > 1:
-            others = sorted(p for p in alternatives if p != port)
-            action = self.group(GroupKind.FAST_FAILOVER, (port, *others))
+            action = self.group(GroupKind.FAST_FAILOVER, _failover_buckets(port, alternatives))
         self._static[(port, packed)] = action
         return action
 
