@@ -372,3 +372,56 @@ def test_ftree_routes_the_same_with_and_without_the_last_routings_candidates(fab
             candidate_reuse._recent.extend(kept)
             assert np.array_equal(remembered.lft, fresh.lft), (seed, step, what)
             assert np.array_equal(remembered.alt, fresh.alt), (seed, step, what)
+
+
+def _slots_one_switch_at_a_time(subnet, rank, up, pos):  # type: ignore[no-untyped-def]
+    """`hostorder.uplink_slots` by its definition: per group, its members' (parent position, k-th
+    parallel cable) pairs, sorted; each uplink's slot is its pair's index among them."""
+    from controller.sm.hostorder import _group_labels
+
+    n, width = subnet.n_switches, subnet.n_ports
+    far = np.where(subnet.nbr >= 0, subnet.nbr, n)
+    padded = np.append(pos, n)
+    slots = np.full((n, width), -1, dtype=np.int64)
+    group_uplinks = np.zeros(n, dtype=np.int64)
+    for r in range(1, int(rank.max(initial=0)) + 1):
+        members = np.flatnonzero(rank == r)
+        label = _group_labels(np.where(up[members], far[members], n), n)
+        for group in set(label.tolist()):
+            keyed = {}
+            for s in members[label == group].tolist():
+                seen: dict[int, int] = {}
+                row = []
+                for p in sorted(np.flatnonzero(up[s]).tolist(), key=lambda p: (int(padded[far[s, p]]), p)):
+                    parent = int(padded[far[s, p]])
+                    seen[parent] = seen.get(parent, -1) + 1
+                    row.append((p, (parent, seen[parent])))
+                keyed[s] = row
+            index = {
+                key: i for i, key in enumerate(sorted({key for row in keyed.values() for _, key in row}))
+            }
+            for s, row in keyed.items():
+                group_uplinks[s] = len(index)
+                for p, key in row:
+                    slots[s, p] = index[key]
+    return slots, group_uplinks
+
+
+@pytest.mark.parametrize(
+    "fabric", [fat_tree(8), opensm_fat_tree(8), rail(4, 4, groups=2)], ids=lambda f: f.name
+)
+def test_uplink_slots_match_their_definition_on_intact_and_damaged_fabrics(fabric: Fabric) -> None:
+    from controller.sm.hostorder import switch_positions, uplink_slots
+    from controller.sm.orientation import orient
+    from controller.sm.subnet import Subnet
+    from topologies.faults import degrade
+
+    for seed in range(5):
+        live = fabric if seed == 0 else degrade(fabric, 2 * seed, seed % 2, seed=seed).fabric
+        subnet = Subnet.build(live)
+        o = orient(subnet, "exclude")
+        pos = switch_positions(subnet, o.rank, o.ud.up)
+        slots, counts = uplink_slots(subnet, o.rank, o.ud.up, pos)
+        want_slots, want_counts = _slots_one_switch_at_a_time(subnet, o.rank, o.ud.up, pos)
+        assert np.array_equal(slots, want_slots), seed
+        assert np.array_equal(counts, want_counts), seed
