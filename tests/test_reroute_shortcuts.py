@@ -10,11 +10,13 @@ switch losses (k=8 fabriclab and OpenSM-layout fat-trees):
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from controller.sm import intents
 from controller.sm.intents import ForwardingOptions, SwitchDelta, SwitchProgram, applied, diff
 from controller.sm.manager import Computation, RecentRoutings, SubnetContext
+from controller.sm.subnet import Subnet
 from tests import faultwalk
 from topologies.generators import fat_tree, opensm_fat_tree, rail
 from topologies.model import Fabric, PortRef
@@ -374,7 +376,9 @@ def test_ftree_routes_the_same_with_and_without_the_last_routings_candidates(fab
             assert np.array_equal(remembered.alt, fresh.alt), (seed, step, what)
 
 
-def _slots_one_switch_at_a_time(subnet, rank, up, pos):  # type: ignore[no-untyped-def]
+def _slots_one_switch_at_a_time(
+    subnet: Subnet, rank: npt.NDArray[np.int32], up: npt.NDArray[np.bool_], pos: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """`hostorder.uplink_slots` by its definition: per group, its members' (parent position, k-th
     parallel cable) pairs, sorted; each uplink's slot is its pair's index among them."""
     from controller.sm.hostorder import _group_labels
