@@ -6,6 +6,7 @@ only the destinations that used it move, `test_degraded_and_incremental.py`.)"""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -21,8 +22,15 @@ from topologies.model import Fabric
 from topologies.relabel import relabel
 
 
-def _behaviour(program: SwitchProgram) -> tuple[dict[object, object], dict[int, object]]:
-    return {k: f.actions for k, f in program.flows.items()}, dict(program.groups)
+def _behaviour(program: SwitchProgram) -> tuple[dict[object, object], Counter[object]]:
+    """Entries with their actions, groups named by what they do: a group modified in place keeps the id
+    of the one it replaced (`compile._keep_group_ids`), so ids may differ from a whole compile's."""
+    content = {gid: (g.kind, g.ports) for gid, g in program.groups.items()}
+
+    def named(actions: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple((kind, content[int(arg)]) if kind == "group" else (kind, arg) for kind, arg in actions)
+
+    return {k: named(f.actions) for k, f in program.flows.items()}, Counter(content.values())
 
 
 def _walk(fabric: Fabric, options: ForwardingOptions, seed: int, steps: int) -> tuple[int, int]:

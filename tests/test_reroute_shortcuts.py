@@ -429,3 +429,53 @@ def test_uplink_slots_match_their_definition_on_intact_and_damaged_fabrics(fabri
         want_slots, want_counts = _slots_one_switch_at_a_time(subnet, o.rank, o.ud.up, pos)
         assert np.array_equal(slots, want_slots), seed
         assert np.array_equal(counts, want_counts), seed
+
+
+def _cut_flow_mods(
+    fabric: Fabric, link: int
+) -> tuple[int, dict[str, SwitchProgram], dict[str, SwitchProgram]]:
+    """Flow-mods of cutting `link` through the controller's core against fake switches (which must then
+    hold what it wants and deliver every pair), and the programs before and after."""
+    from tests.core_driver import CoreDriver
+
+    driver = CoreDriver(fabric)
+    driver.start()
+    driver.connect_all()
+    assert driver.state.current is not None
+    before = dict(driver.state.current.programs)
+    driver.now = 10.0
+    steps = driver.set_link(link, up=False)
+    driver.assert_holds_desired()
+    driver.fake.assert_delivers(driver.fake.all_pairs())
+    assert driver.state.current is not None
+    records = [r for s in steps for r in s.records if r.kind == "port_down"]
+    return sum(r.flow_mods or 0 for r in records), before, dict(driver.state.current.programs)
+
+
+def test_a_leaf_that_loses_an_uplink_modifies_its_groups_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leaf's uplink cut changes its alternatives toward every destination: compiled whole, each new
+    fast-failover group takes the id of the group it replaces (`compile._keep_group_ids`), so the entries
+    that kept their port are not rewritten.  Fewer flow-mods than with content-addressed ids only, the
+    same forwarding (every pair delivered, the switches hold what the controller wants)."""
+    from controller.sm import compile as compiler
+
+    fabric = fat_tree(8)
+    link = next(
+        i for i in faultwalk.switch_links(fabric) if "leaf" in fabric.links[i].a.node + fabric.links[i].b.node
+    )
+    leaf = next(end.node for end in (fabric.links[link].a, fabric.links[link].b) if "leaf" in end.node)
+    renamed, before, after = _cut_flow_mods(fabric, link)
+    kept = {
+        key
+        for key, flow in after[leaf].flows.items()
+        if key in before[leaf].flows and before[leaf].flows[key].actions == flow.actions
+    }
+    modified = {
+        gid
+        for gid, g in after[leaf].groups.items()
+        if gid in before[leaf].groups and before[leaf].groups[gid] != g
+    }
+    assert modified and len(kept) > len(after[leaf].flows) // 2
+    monkeypatch.setattr(compiler, "_keep_group_ids", lambda new, old: new)
+    addressed, _, _ = _cut_flow_mods(fabric, link)
+    assert renamed < addressed

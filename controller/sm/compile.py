@@ -133,6 +133,8 @@ def compile_programs(
         programs[name], used, slot_keys = _compile_switch(
             tables, s, name, dpids[name], present, ep_target, options, cookie, shift, mine
         )
+        if previous is not None and name in previous[1] and not options.slot_tables:
+            programs[name] = _keep_group_ids(programs[name], previous[1][name])
         if used:
             assignments[name] = used
             keys[name] = slot_keys
@@ -477,6 +479,64 @@ def _patch_switch(
     priorities = program.priorities | built if exact else None
     touched = tuple({**stale, **{f.key: None for f in build.flows}})
     return program.patched(flows, groups, priorities, users, touched)
+
+
+def _keep_group_ids(new: SwitchProgram, old: SwitchProgram) -> SwitchProgram:
+    """`new` with each of its new groups renamed to an old group it replaces — one all of whose entries
+    now use it (the one with most entries, if several): the switch then modifies that group in place, and
+    those entries need no flow-mod; only entries that came from other groups are rewritten.
+
+    A leaf that loses an uplink has other alternatives toward every destination: each of its few
+    fast-failover groups changes content, and with content-addressed ids all ~1,100 entries moved to new
+    groups (a k=16 cut's largest share of flow-mods).  Renamed, the entries that kept their port keep
+    their group id.  Ids stay content-addressed for contents the switch does not hold yet; only a
+    replacement keeps its old id."""
+    gone = old.groups.keys() - new.groups.keys()
+    fresh = new.groups.keys() - old.groups.keys()
+    if not gone or not fresh:
+        return new
+    old_users = _users_by_group(old, gone)
+    new_users = _users_by_group(new, fresh)
+    group_of = {key: gid for gid, keys in new_users.items() for key in keys}
+    # per new group, the gone groups all of whose entries now use it: it takes the id of the largest
+    takes: dict[int, tuple[int, int]] = {}
+    for was, keys in old_users.items():
+        now = {group_of.get(key) for key in keys}
+        if len(now) != 1 or (gid := now.pop()) is None or old.groups[was].kind != new.groups[gid].kind:
+            continue
+        best = takes.get(gid)
+        if best is None or (len(keys), -was) > (best[0], -best[1]):
+            takes[gid] = (len(keys), was)
+    rename = {gid: was for gid, (_, was) in takes.items()}
+    if not rename:
+        return new
+    moved = set().union(*(new_users[gid] for gid in rename))
+
+    def renamed(actions: tuple[Action, ...]) -> tuple[Action, ...]:
+        return tuple(
+            ("group", rename.get(int(arg), arg)) if kind == "group" else (kind, arg) for kind, arg in actions
+        )
+
+    flows = {
+        key: f._replace(actions=renamed(f.actions)) if key in moved else f for key, f in new.flows.items()
+    }
+    groups = {}
+    for gid, g in new.groups.items():
+        groups[rename.get(gid, gid)] = GroupIntent(rename[gid], g.kind, g.ports) if gid in rename else g
+    users: Counter[int] = Counter({rename.get(gid, gid): n for gid, n in new.group_users.items()})
+    program = SwitchProgram(new.switch, new.dpid, flows, groups)
+    program.__dict__["group_users"] = users
+    return program
+
+
+def _users_by_group(program: SwitchProgram, gids: Iterable[int]) -> dict[int, set[FlowKey]]:
+    wanted = set(gids)
+    users: dict[int, set[FlowKey]] = {gid: set() for gid in wanted}
+    for key, f in program.flows.items():
+        for kind, arg in f.actions:
+            if kind == "group" and int(arg) in wanted:
+                users[int(arg)].add(key)
+    return users
 
 
 def _group_uses(flows: Iterable[FlowIntent]) -> list[int]:
