@@ -184,13 +184,14 @@ class _Alignment:
 
     def moved(self, s: int) -> list[int]:
         """The LIDs whose entry on switch `s` changed (switch `s` must have been there before)."""
-        start, end = self._moved_bounds[s], self._moved_bounds[s + 1]
-        lids: list[int] = self._moved_lids[start:end].tolist()
+        bounds, moved_lids = self._moved
+        lids: list[int] = moved_lids[bounds[s] : bounds[s + 1]].tolist()
         return lids
 
     def same(self, s: int) -> bool:
         """Switch `s` has the same table row and the same alternatives toward every host switch."""
-        return self._moved_bounds[s] == self._moved_bounds[s + 1] and not self._targets_changed[s].any()
+        bounds = self._moved[0]
+        return bool(bounds[s] == bounds[s + 1]) and not self._targets_changed[s].any()
 
     @cached_property
     def _old_rows(self) -> npt.NDArray[np.intp]:
@@ -209,18 +210,11 @@ class _Alignment:
 
     @cached_property
     def _moved(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """(per switch, where its run of changed LIDs starts — and the next one's; the changed LIDs)."""
         rows = np.maximum(self._old_rows, 0)
         moved_rows, moved_lids = np.nonzero(self.new.lft != self.old.lft[rows])
         bounds = np.searchsorted(moved_rows, np.arange(self.new.subnet.n_switches + 1))
         return bounds, moved_lids
-
-    @property
-    def _moved_bounds(self) -> npt.NDArray[np.intp]:
-        return self._moved[0]
-
-    @property
-    def _moved_lids(self) -> npt.NDArray[np.intp]:
-        return self._moved[1]
 
 
 def _align(old: RoutingTables, new: RoutingTables) -> _Alignment | None:
@@ -231,7 +225,7 @@ def _align(old: RoutingTables, new: RoutingTables) -> _Alignment | None:
         return None
     if not np.array_equal(a.ep_lids, b.ep_lids):
         return None
-    old_index = {name: i for i, name in enumerate(a.switch_names)}
+    old_index = a.switch_index
     new_targets = np.unique(b.ep_switch).astype(np.intp)
     try:
         old_targets = np.array([old_index[b.switch_names[t]] for t in new_targets.tolist()], dtype=np.intp)
