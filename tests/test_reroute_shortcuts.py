@@ -179,14 +179,14 @@ def test_kept_ports_are_added_to_the_alternatives_as_entry_by_entry(fabric: Fabr
         thinned = tables.alt & rng.integers(0, 256, tables.alt.shape, dtype=np.uint8)
         kept = np.array(sorted(pick.sample(subnet.dest_lids.tolist(), subnet.dest_lids.size // 2)))
         fast = incremental._with_kept_ports(
-            subnet, thinned, tables.lft, kept, tables.alt, np.arange(subnet.n_switches)
+            subnet, thinned, tables.lft, kept, tables.alt, subnet.renumbering(subnet.switch_index)
         )
         walk = incremental._with_kept_ports_walk(subnet, thinned.copy(), tables.lft, kept)
         assert np.array_equal(fast, walk)
         assert not np.array_equal(fast, thinned)  # bits were missing and were set
     # nothing lost: the alternatives are returned as they are
     same = incremental._with_kept_ports(
-        subnet, tables.alt, tables.lft, kept, tables.alt, np.arange(subnet.n_switches)
+        subnet, tables.alt, tables.lft, kept, tables.alt, subnet.renumbering(subnet.switch_index)
     )
     assert same is tables.alt
 

@@ -112,10 +112,9 @@ def compile_programs(
     indexed: _Present | None = None
     for s, name in enumerate(subnet.switch_names):
         mine = weights.get(name, {})
-        o = align.old_index.get(name) if align is not None else None
-        if align is not None and o is not None and previous is not None and name in previous[1]:
-            old = previous[0]
-            same_weights = _skewed((previous_weights or {}).get(name, {})) == _skewed(mine)
+        if align is not None and previous is not None and name in align.old_index and name in previous[1]:
+            before = (previous_weights or {}).get(name, {})
+            same_weights = (not before and not mine) or _skewed(before) == _skewed(mine)
             if same_weights and align.same(s):
                 programs[name] = previous[1][name]
                 installed = (previous_weights or {}).get(name) or mine  # what that program was compiled with
@@ -125,7 +124,7 @@ def compile_programs(
                 continue
             if indexed is None:
                 indexed = _Present(present, ep_target)
-            patched = _patch_switch(tables, old, s, o, align, previous[1][name], indexed, options, cookie)
+            patched = _patch_switch(tables, s, align, previous[1][name], indexed, options, cookie)
             if patched is not None:
                 programs[name] = patched
                 continue
@@ -177,44 +176,44 @@ class _Alignment:
     new_targets: npt.NDArray[np.intp]
     old_targets: npt.NDArray[np.intp]
 
-    def targets(self, s: int, o: int) -> npt.NDArray[np.intp]:
-        """The host switches (new indices) toward which switch `s` (`o` before) has other alternatives."""
-        changed: npt.NDArray[np.intp] = self.new_targets[self._targets_changed[s]]
-        return changed
+    def targets(self, s: int) -> list[int]:
+        """The host switches (new indices) toward which switch `s` has other alternatives."""
+        return self._per_switch[1][s]
 
     def moved(self, s: int) -> list[int]:
         """The LIDs whose entry on switch `s` changed (switch `s` must have been there before)."""
-        bounds, moved_lids = self._moved
-        lids: list[int] = moved_lids[bounds[s] : bounds[s + 1]].tolist()
-        return lids
+        return self._per_switch[0][s]
 
     def same(self, s: int) -> bool:
         """Switch `s` has the same table row and the same alternatives toward every host switch."""
-        bounds = self._moved[0]
-        return bool(bounds[s] == bounds[s + 1]) and not self._targets_changed[s].any()
+        return self._per_switch[2][s]
 
     @cached_property
-    def _old_rows(self) -> npt.NDArray[np.intp]:
-        """Each new switch's index before (-1: it was not there)."""
-        names = self.new.subnet.switch_names
-        return np.array([self.old_index.get(name, -1) for name in names], dtype=np.intp)
+    def _per_switch(self) -> tuple[list[list[int]], list[list[int]], list[bool]]:
+        """(per switch: its changed LIDs, its host switches with other alternatives, neither) — split
+        from two whole-table comparisons once: asked switch by switch, the array slicing was a third of a
+        k=16 leaf-cable cut's compile."""
+        n = self.new.subnet.n_switches
+        renumbering = self.new.subnet.renumbering(self.old_index)
+        if renumbering.identity:
+            old_lft, old_alt = self.old.lft, self.old.alt
+        else:  # a returning switch's row (-1) is never asked for
+            rows = np.maximum(renumbering.old_of, 0)
+            old_lft, old_alt = self.old.lft[rows], self.old.alt[rows]
+        moved_rows, moved_lids = np.nonzero(self.new.lft != old_lft)
+        moved = _split(moved_rows, moved_lids, n)
+        before = old_alt[:, self.old_targets]
+        changed_rows, changed_cols = np.nonzero((before != self.new.alt[:, self.new_targets]).any(axis=2))
+        targets = _split(changed_rows, self.new_targets[changed_cols], n)
+        same = [not (m or t) for m, t in zip(moved, targets, strict=True)]
+        return moved, targets, same
 
-    @cached_property
-    def _targets_changed(self) -> npt.NDArray[np.bool_]:
-        """[s, t]: switch s has other alternatives toward host switch new_targets[t] (all switches in one
-        comparison: per switch, it was ~40 small array operations of a k=16 reroute's compile)."""
-        rows = np.maximum(self._old_rows, 0)
-        before = self.old.alt[rows][:, self.old_targets]
-        changed: npt.NDArray[np.bool_] = (before != self.new.alt[:, self.new_targets]).any(axis=2)
-        return changed
 
-    @cached_property
-    def _moved(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-        """(per switch, where its run of changed LIDs starts — and the next one's; the changed LIDs)."""
-        rows = np.maximum(self._old_rows, 0)
-        moved_rows, moved_lids = np.nonzero(self.new.lft != self.old.lft[rows])
-        bounds = np.searchsorted(moved_rows, np.arange(self.new.subnet.n_switches + 1))
-        return bounds, moved_lids
+def _split(rows: npt.NDArray[np.intp], values: npt.NDArray[np.intp], n: int) -> list[list[int]]:
+    """`values` grouped by their (sorted) `rows` into one list per row 0..n-1."""
+    bounds = np.searchsorted(rows, np.arange(n + 1)).tolist()
+    flat: list[int] = values.tolist()
+    return [flat[bounds[i] : bounds[i + 1]] for i in range(n)]
 
 
 def _align(old: RoutingTables, new: RoutingTables) -> _Alignment | None:
@@ -418,16 +417,14 @@ PATCH_MAX_SHARE = 0.25
 
 def _patch_switch(
     tables: RoutingTables,
-    old: RoutingTables,
     s: int,
-    o: int,
     align: _Alignment,
     program: SwitchProgram,
     present: _Present,
     options: ForwardingOptions,
     cookie: int,
 ) -> SwitchProgram | None:
-    """`program` (compiled from `old`, where the switch was number `o`) with only the destinations whose
+    """`program` (compiled from the previous tables) with only the destinations whose
     entry or whose target's alternatives changed in `tables` compiled again, or None when a whole compile
     is due (slot tables, or most of the switch changed).  The result forwards exactly as a whole compile
     would (group ids are content-addressed; the new ones probe past the ids the program holds), while its
@@ -438,7 +435,7 @@ def _patch_switch(
     if options.slot_tables:
         return None
     moved = align.moved(s)
-    targets = align.targets(s, o).tolist()
+    targets = align.targets(s)
     todo = present.affected(moved, targets)
     if not todo:
         # only entries toward switch LIDs moved (a lost switch's own LID, on every switch): programs
@@ -456,9 +453,16 @@ def _patch_switch(
             stale[(0, PRIORITY_CLASS, match(eth_dst=address.mac, eth_type=ETH_TYPE_IPV4, ip_dscp=dscp))] = (
                 None
             )
+    # replaced in place, popped only where gone: a dict with no deleted slots is copied as a block (4 us
+    # for a k=16 leaf's ~1,000 flows; after pops and re-inserts 35 us, re-hashing every key) — and the
+    # next patch copies this one
     flows = dict(program.flows)
-    replaced = [f for key in stale if (f := flows.pop(key, None)) is not None]
-    flows.update((f.key, f) for f in build.flows)
+    built_flows = {f.key: f for f in build.flows}
+    replaced = [f for key in stale if (f := flows.get(key)) is not None]
+    for key in stale:
+        if key not in built_flows:
+            flows.pop(key, None)
+    flows.update(built_flows)
     # the program's group users, less the replaced flows', plus the new ones' (scanning the switch's
     # flows for them was the largest part of a k=16 leaf-cable reroute's compile)
     users = program.group_users.copy()
@@ -489,30 +493,56 @@ def _keep_group_ids(new: SwitchProgram, old: SwitchProgram) -> SwitchProgram:
     fresh = new.groups.keys() - old.groups.keys()
     if not gone or not fresh:
         return new
-    old_users = _users_by_group(old, gone)
-    new_users = _users_by_group(new, fresh)
-    group_of = {key: gid for gid, keys in new_users.items() for key in keys}
-    # per new group, the gone groups all of whose entries now use it: it takes the id of the largest
+    # one pass over the old flows: per gone group, its entries' count and the one fresh group they all
+    # use now (0: they split, or some left the fresh groups)
+    counts: Counter[int] = Counter()
+    now_in: dict[int, int] = {}
+    fresh_of: dict[tuple[Action, ...], int] = {}  # a switch's flows share a few action tuples
+    new_flows = new.flows
+    for key, f in old.flows.items():
+        for kind, arg in f.actions:
+            if kind != "group" or (was := int(arg)) not in gone:
+                continue
+            counts[was] += 1
+            if now_in.get(was, -1) == 0:
+                continue
+            nf = new_flows.get(key)
+            gid = 0
+            if nf is not None:
+                found = fresh_of.get(nf.actions)
+                if found is None:
+                    found = fresh_of[nf.actions] = next(
+                        (int(a) for k, a in nf.actions if k == "group" and int(a) in fresh), 0
+                    )
+                gid = found
+            now_in[was] = gid if now_in.get(was, gid) == gid else 0
+    # per fresh group, the gone groups all of whose entries now use it: it takes the id of the largest
     takes: dict[int, tuple[int, int]] = {}
-    for was, keys in old_users.items():
-        now = {group_of.get(key) for key in keys}
-        if len(now) != 1 or (gid := now.pop()) is None or old.groups[was].kind != new.groups[gid].kind:
+    for was, gid in sorted(now_in.items()):
+        if gid == 0 or old.groups[was].kind != new.groups[gid].kind:
             continue
         best = takes.get(gid)
-        if best is None or (len(keys), -was) > (best[0], -best[1]):
-            takes[gid] = (len(keys), was)
+        if best is None or (counts[was], -was) > (best[0], -best[1]):
+            takes[gid] = (counts[was], was)
     rename = {gid: was for gid, (_, was) in takes.items()}
     if not rename:
         return new
-    moved = set().union(*(new_users[gid] for gid in rename))
+    renamed_actions: dict[tuple[Action, ...], tuple[Action, ...]] = {}
 
     def renamed(actions: tuple[Action, ...]) -> tuple[Action, ...]:
-        return tuple(
-            ("group", rename.get(int(arg), arg)) if kind == "group" else (kind, arg) for kind, arg in actions
-        )
+        """`actions` with renamed groups (the same object when none is)."""
+        found = renamed_actions.get(actions)
+        if found is None:
+            changed = tuple(
+                ("group", rename.get(int(arg), arg)) if kind == "group" else (kind, arg)
+                for kind, arg in actions
+            )
+            found = renamed_actions[actions] = actions if changed == actions else changed
+        return found
 
     flows = {
-        key: f._replace(actions=renamed(f.actions)) if key in moved else f for key, f in new.flows.items()
+        key: f if (actions := renamed(f.actions)) is f.actions else f._replace(actions=actions)
+        for key, f in new_flows.items()
     }
     groups = {}
     for gid, g in new.groups.items():
@@ -521,16 +551,6 @@ def _keep_group_ids(new: SwitchProgram, old: SwitchProgram) -> SwitchProgram:
     program = SwitchProgram(new.switch, new.dpid, flows, groups)
     program.__dict__["group_users"] = users
     return program
-
-
-def _users_by_group(program: SwitchProgram, gids: Iterable[int]) -> dict[int, set[FlowKey]]:
-    wanted = set(gids)
-    users: dict[int, set[FlowKey]] = {gid: set() for gid in wanted}
-    for key, f in program.flows.items():
-        for kind, arg in f.actions:
-            if kind == "group" and int(arg) in wanted:
-                users[int(arg)].add(key)
-    return users
 
 
 def _group_uses(flows: Iterable[FlowIntent]) -> list[int]:

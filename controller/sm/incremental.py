@@ -23,7 +23,7 @@ import numpy.typing as npt
 from controller.sm.cdg import lanes
 from controller.sm.engines.base import RoutingEngine
 from controller.sm.lids import LidMap, assign_lids
-from controller.sm.subnet import NO_PORT, U8, Subnet
+from controller.sm.subnet import NO_PORT, U8, Renumbering, Subnet
 from controller.sm.tables import RoutingTables, new_lft
 from topologies.model import Fabric, Link
 
@@ -118,7 +118,7 @@ def reroute(
     affected[sorted(removed)] = False
 
     # The previous tables in the new subnet's shape: rows by switch name, columns by LID (LIDs are stable).
-    rows = np.array([old.switch_index[name] for name in subnet.switch_names], dtype=np.intp)
+    rows = subnet.renumbering(old.switch_index)  # every switch was there (`failures`)
     lft = new_lft(subnet)
     common = np.array([lid for lid in subnet.dest_lids.tolist() if lid <= old.max_lid], dtype=np.intp)
     same = (
@@ -130,13 +130,13 @@ def reroute(
         )
     )
     kept = common[same & ~affected[common]]
-    lft[:, kept] = previous.lft[np.ix_(rows, kept)]
+    lft[:, kept] = rows.rows(previous.lft)[:, kept]
     redo = np.setdiff1d(subnet.dest_lids, kept)
     # only the destinations that move are routed (with every alternative): a k=16 cut ~30 ms, not ~45
     full = engine.route_some(subnet, redo)
     lft[:, redo] = full.lft[:, redo]
     both = common[same]
-    moved = (lft[:, both] != previous.lft[np.ix_(rows, both)]).any(axis=0)
+    moved = (lft[:, both] != rows.rows(previous.lft)[:, both]).any(axis=0)
     changed = {int(lid) for lid in both[moved]}
     info = dict(full.info)
     info["incremental"] = {"affected": int(affected.sum()), "changed": len(changed), "removed": len(removed)}
@@ -157,20 +157,20 @@ def reroute(
 
 
 def _with_kept_ports(
-    subnet: Subnet, alt: U8, lft: U8, kept: npt.NDArray[np.intp], before: U8, rows: npt.NDArray[np.intp]
+    subnet: Subnet, alt: U8, lft: U8, kept: npt.NDArray[np.intp], before: U8, rows: Renumbering
 ) -> U8:
     """The new routing's alternatives `alt`, plus the ports kept entries still use (so the chosen port is
     always among the alternatives that multipath and fast-failover groups are built from).
 
     A kept entry's port was among the previous alternatives `before` (`rows`: each switch's previous
-    index): it can only be missing where the new alternatives lost a bit, so only the kept entries of
+    row): it can only be missing where the new alternatives lost a bit, so only the kept entries of
     (switch, destination switch) pairs that lost one are looked at.  (Looking at every kept entry was a
     sixth of a k=16 reroute.)"""
     if kept.size == 0:
         return alt
     if before.shape[2] != alt.shape[2]:  # another port count: look at them all
         return _with_kept_ports_walk(subnet, alt.copy(), lft, kept)
-    lost_rows, lost_targets = np.nonzero((before[np.ix_(rows, rows)] & ~alt).any(axis=2))
+    lost_rows, lost_targets = np.nonzero((rows.grid(before) & ~alt).any(axis=2))
     if lost_rows.size == 0:
         return alt
     # the kept LIDs of each destination switch, as runs of `by_target`

@@ -255,9 +255,13 @@ def diff(installed: SwitchProgram | None, desired: SwitchProgram) -> SwitchDelta
     rollout's time."""
     have_flows = installed.flows if installed is not None else {}
     have_groups = installed.groups if installed is not None else {}
-    add_groups = tuple(g for gid, g in sorted(desired.groups.items()) if gid not in have_groups)
+    want_groups = desired.groups
+    add_groups = tuple(want_groups[gid] for gid in sorted(want_groups.keys() - have_groups.keys()))
+    # `is` first: a patched program shares its unchanged groups with the one it was patched from
     modify_groups = tuple(
-        g for gid, g in sorted(desired.groups.items()) if gid in have_groups and have_groups[gid] != g
+        g
+        for gid, g in sorted(want_groups.items())
+        if (h := have_groups.get(gid)) is not None and h is not g and h != g
     )
     want_flows = desired.flows
     have = have_flows.get
@@ -278,7 +282,7 @@ def diff(installed: SwitchProgram | None, desired: SwitchProgram) -> SwitchDelta
             delete_flows = tuple(f for key, f in have_flows.items() if key not in want_flows)
     # same key: the same behaviour iff the same actions (`same_behaviour` less the key it was found by)
     add_flows = tuple(f for f, old in differing if old is None or old.actions != f.actions)
-    delete_groups = tuple(sorted(gid for gid in have_groups if gid not in desired.groups))
+    delete_groups = tuple(sorted(have_groups.keys() - want_groups.keys()))
     return SwitchDelta(
         desired.switch, desired.dpid, add_groups, modify_groups, add_flows, delete_flows, delete_groups,
         target=weakref.ref(desired),

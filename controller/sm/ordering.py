@@ -39,7 +39,8 @@ def make_waves(
     subnet = new.subnet
     names = subnet.switch_names
     n = len(names)
-    old_row = np.array([old.subnet.switch_index.get(name, -1) for name in names], dtype=np.intp)
+    renumbering = subnet.renumbering(old.subnet.switch_index)
+    old_row = renumbering.old_of
     old_max = old.subnet.max_lid  # a property that scans every LID: once, not per destination
     before, now = old.subnet.lids.endpoints, subnet.lids.endpoints
     if before == now:  # a cut that strands nobody: every LID is where it was
@@ -51,7 +52,7 @@ def make_waves(
         )
     if lids.size == 0:
         return (todo,)
-    if old.lft.shape == new.lft.shape and np.array_equal(old_row, np.arange(n)):
+    if old.lft.shape == new.lft.shape and renumbering.identity:
         # the same switches: one comparison of the whole tables, then only the moved destinations
         differs = new.lft != old.lft
         lids = lids[differs.any(axis=0)[lids]]

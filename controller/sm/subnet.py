@@ -11,8 +11,10 @@ itself), so a row of a forwarding table can be written out without translation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -127,6 +129,22 @@ class Subnet:
     def switch_index(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.switch_names)}
 
+    def renumbering(self, old_index: Mapping[str, int]) -> Renumbering:
+        """Where this subnet's switches were in an earlier subnet whose `switch_index` is `old_index` (by
+        name: a lost or returning switch shifts the rows).  The last answer is kept: a reroute asks it of
+        the same pair from routing, verification, compile and rollout."""
+        memo = self.__dict__.get("_renumbering")
+        if memo is not None and memo[0] is old_index:
+            found: Renumbering = memo[1]
+            return found
+        names = self.switch_names
+        old_of = np.fromiter((old_index.get(name, -1) for name in names), dtype=np.intp, count=len(names))
+        old_of.flags.writeable = False
+        identity = len(old_index) == len(names) and bool((old_of == np.arange(len(names))).all())
+        result = Renumbering(old_of, identity)
+        self.__dict__["_renumbering"] = (old_index, result)
+        return result
+
     @cached_property
     def has_hosts(self) -> Bool:
         """Switches with at least one host attached (leaves, as far as routing is concerned)."""
@@ -200,4 +218,27 @@ class Subnet:
         return int(found[0])
 
 
-__all__ = ["INF", "NO_PORT", "Subnet"]
+@dataclass(frozen=True, eq=False)
+class Renumbering:
+    """Each switch of a subnet at its row in an earlier one (`Subnet.renumbering`)."""
+
+    #: old_of[s]: switch s's row before, -1 where it was not there.
+    old_of: npt.NDArray[np.intp]
+    #: The same switches at the same rows: arrays line up without being gathered (a cable cut).
+    identity: bool
+
+    @property
+    def complete(self) -> bool:
+        """Every switch was there before."""
+        return bool((self.old_of >= 0).all())
+
+    def rows(self, before: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """`before` (rows in the old numbering) in the new one; every switch must have been there."""
+        return before if self.identity else before[self.old_of]
+
+    def grid(self, before: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """A [switch, switch, ...] array of the old numbering in the new one."""
+        return before if self.identity else before[np.ix_(self.old_of, self.old_of)]
+
+
+__all__ = ["INF", "NO_PORT", "Renumbering", "Subnet"]

@@ -171,10 +171,10 @@ class ColumnFigures:
         old, new = self.subnet, tables.subnet
         if self.lft.shape[1] != tables.lft.shape[1] or old.n_ports != new.n_ports:
             return None
-        index = old.switch_index
-        if any(name not in index for name in new.switch_names):
+        renumbering = new.renumbering(old.switch_index)
+        if not renumbering.complete:
             return None
-        old_of = np.array([index[name] for name in new.switch_names], dtype=np.intp)
+        old_of = renumbering.old_of
         new_of = np.full(old.n_switches, -1, dtype=np.intp)
         new_of[old_of] = np.arange(old_of.size)
         lost = np.flatnonzero(new_of < 0)
@@ -191,14 +191,14 @@ class ColumnFigures:
         ):
             return None
         lids = new.dest_lids
-        before = self.lft[old_of]
+        before = renumbering.rows(self.lft)
         redo = (tables.lft[:, lids] != before[:, lids]).any(axis=0)
-        old_nbr = old.nbr[old_of]
+        old_nbr = renumbering.rows(old.nbr)
         moved_nbr = np.where(old_nbr >= 0, new_of[np.maximum(old_nbr, 0)], -1)
-        cables = (moved_nbr != new.nbr) | (old.nbr_port[old_of] != new.nbr_port)
+        cables = (moved_nbr != new.nbr) | (renumbering.rows(old.nbr_port) != new.nbr_port)
         for s, p in zip(*np.nonzero(cables), strict=True):
             redo |= before[s, lids] == p  # routes into a cable that came or went
-        redo |= (shortest != self.shortest[np.ix_(old_of, old_of)]).any(axis=0)[new.dest_switch]
+        redo |= (shortest != renumbering.grid(self.shortest)).any(axis=0)[new.dest_switch]
         again = np.flatnonzero(redo)
         if again.size > INCREMENTAL_MAX_SHARE * lids.size:
             return None
@@ -289,12 +289,13 @@ def alternative_turns(tables: RoutingTables) -> npt.NDArray[np.bool_]:
     """The turns ([middle switch, in port, out port], see `cdg.block_turns`) of every path host traffic
     can take when each switch may forward over any of its alternatives toward the destination's switch.
 
-    All destination switches at once, as arrays [switch, port, destination switch]: which switches host
-    traffic toward each destination can reach (grown from the switches with hosts), then, per middle
-    switch m, which of its incoming channels meet which of its outgoing ports for some destination — a
-    boolean matrix product (incoming x destinations) @ (destinations x out ports) per switch.  A k=16
-    reroute's check took 65 ms walking destination switches one by one (and a cache of their bitmaps
-    missed on every cut: a cut changes every leaf's alternatives); this takes a few."""
+    All destination switches at once, as bitsets of destination switches per [switch, port]: which
+    switches host traffic toward each destination can reach (grown from the switches with hosts), then,
+    per middle switch m, which of its incoming channels meet which of its outgoing ports for some
+    destination (a non-empty AND of the two bitsets).  A k=16 reroute's check took 65 ms walking
+    destination switches one by one (and a cache of their bitmaps missed on every cut: a cut changes every
+    leaf's alternatives), 6 ms as boolean [switch, port, destination] arrays and a matrix product per
+    switch, ~2 ms packed."""
     subnet = tables.subnet
     width = subnet.n_ports
     nbr = subnet.nbr
@@ -302,28 +303,43 @@ def alternative_turns(tables: RoutingTables) -> npt.NDArray[np.bool_]:
     targets = np.unique(subnet.ep_switch).astype(np.intp)
     if targets.size == 0 or not is_link.any():
         return np.zeros((subnet.n_switches, width, width), dtype=bool)
-    # allowed[s, p, t]: switch s may forward toward destination switch targets[t] over link port p
-    allowed = np.unpackbits(tables.alt[:, targets, :], axis=2, count=width).astype(bool)
-    allowed &= is_link[:, None, :]
-    allowed[targets, np.arange(targets.size), :] = False  # at its own switch a packet leaves to a host
-    allowed = allowed.transpose(0, 2, 1)  # [switch, port, target]
+    # allowed[s, p, w]: bit t of word w set where switch s may forward toward destination switch
+    # targets[64 w + t] over link port p — destinations packed 64 to a word, so that growing the reach and
+    # meeting in ports with out ports are a few thousand word operations instead of boolean cubes
+    bits = np.unpackbits(tables.alt[:, targets, :], axis=2, count=width).astype(bool)
+    bits &= is_link[:, None, :]
+    bits[targets, np.arange(targets.size), :] = False  # at its own switch a packet leaves to a host
+    allowed = _pack_targets(bits)
     # the far end of every link port, as (switch, port) into `allowed` (masked where there is no link)
     src_s = np.where(is_link, nbr, 0)
     src_p = np.where(is_link, subnet.nbr_port, 0)
-    used = np.repeat(subnet.has_hosts[:, None], targets.size, axis=1)  # [switch, target]
+    link_words = np.where(is_link, ~np.uint64(0), np.uint64(0))[:, :, None]
+    everyone = np.full(allowed.shape[2], ~np.uint64(0))
+    used = np.where(subnet.has_hosts[:, None], everyone[None, :], np.uint64(0))  # [switch, word]
     for _ in range(subnet.n_switches + 1):
         leaving = allowed & used[:, None, :]
-        arriving = leaving[src_s, src_p, :] & is_link[:, :, None]  # [m, in port, t]: m entered over it
-        grown = used | arriving.any(axis=1)
+        arriving = leaving[src_s, src_p, :] & link_words  # [m, in port, word]: m entered over it
+        grown = used | np.bitwise_or.reduce(arriving, axis=1)
         if np.array_equal(grown, used):
             break
         used = grown
-    # depends[m, in port, out port]: some destination's traffic enters m over `in port` and leaves on
-    # `out port` (float32 sums of at most len(targets) ones are exact)
-    turns: npt.NDArray[np.bool_] = (
-        np.matmul(arriving.astype(np.float32), allowed.transpose(0, 2, 1).astype(np.float32)) > 0
-    )
+    # turns[m, in port, out port]: some destination's traffic enters m over `in port` and leaves on `out port`
+    # (word by word: `any` over a uint64 axis converts every element first)
+    met = arriving[:, :, None, 0] & allowed[:, None, :, 0]
+    for w in range(1, allowed.shape[2]):
+        met |= arriving[:, :, None, w] & allowed[:, None, :, w]
+    turns: npt.NDArray[np.bool_] = met != 0
     return turns
+
+
+def _pack_targets(bits: npt.NDArray[np.bool_]) -> npt.NDArray[np.uint64]:
+    """[switch, target, port] booleans -> [switch, port, word] with target t as bit t % 64 of word t // 64."""
+    n, n_targets, width = bits.shape
+    words = (n_targets + 63) // 64
+    padded = np.zeros((n, width, words * 64), dtype=bool)
+    padded[:, :, :n_targets] = bits.transpose(0, 2, 1)
+    packed = np.packbits(padded, axis=2, bitorder="little")
+    return np.ascontiguousarray(packed).view(np.uint64)
 
 
 def _layered_report(tables: RoutingTables) -> DeadlockReport:

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from controller.sm.orientation import Orientation
-from controller.sm.subnet import INF, U8, Bool, Subnet
+from controller.sm.subnet import INF, U8, Bool, Renumbering, Subnet
 
 #: Routings remembered (each ~1 MB at k=16).
 KEEP = 2
@@ -73,9 +73,9 @@ def first_pass(
     for before in reversed(_recent):
         reuse = _unchanged(subnet, o, distances, before)
         if reuse is not None:
-            old_of, rows, cols = reuse
-            alt[:] = before.alt[np.ix_(old_of, old_of)]
-            strength[:n] = before.strength[np.ix_(old_of, old_of)]
+            renumbering, rows, cols = reuse
+            alt[:] = renumbering.grid(before.alt)
+            strength[:n] = renumbering.grid(before.strength[:-1])  # less its last row ("strong")
             _fill(alt, strength, o, candidates, strong, block_rows, everything, cols)
             break
     _fill(alt, strength, o, candidates, strong, block_rows, rows, None)
@@ -112,28 +112,29 @@ def _fill(
 
 def _unchanged(
     subnet: Subnet, o: Orientation, distances: tuple[U8, ...], before: _Pass
-) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.intp]] | None:
-    """(each switch's index in `before`; the switches whose own ports changed: every candidate is
+) -> tuple[Renumbering, npt.NDArray[np.intp], npt.NDArray[np.intp]] | None:
+    """(each switch's row in `before`; the switches whose own ports changed: every candidate is
     computed again; the switches toward which some distance changed: every switch's candidates toward
     them are computed again), or None when `before` cannot say (a switch it did not have, another port
     count).  A candidate of s toward t depends on s's ports and on column t of the distances only."""
     n = subnet.n_switches
     if before.up.shape[1] != o.ud.up.shape[1]:
         return None
-    try:
-        old_of = np.array([before.index[name] for name in subnet.switch_names], dtype=np.intp)
-    except KeyError:
+    renumbering = subnet.renumbering(before.index)
+    if not renumbering.complete:
         return None
+    old_of = renumbering.old_of
     new_of = np.full(len(before.index) + 1, -1, dtype=np.int64)  # last: "no neighbour"
     new_of[old_of] = np.arange(n)
-    grid = np.ix_(old_of, old_of)
     changed = np.zeros(n, dtype=bool)  # columns: a distance toward that switch changed
     for now, then in zip(distances, before.distances, strict=True):
-        changed |= (now != then[grid]).any(axis=0)
-    old_nbr = before.nbr[old_of]
+        changed |= (now != renumbering.grid(then)).any(axis=0)
+    old_nbr = renumbering.rows(before.nbr)
     moved_nbr = new_of[np.where(old_nbr >= 0, old_nbr, -1)]
-    own = (moved_nbr != subnet.nbr) | (before.up[old_of] != o.ud.up) | (before.down[old_of] != o.ud.down)
-    return old_of, np.flatnonzero(own.any(axis=1)).astype(np.intp), np.flatnonzero(changed).astype(np.intp)
+    up, down = renumbering.rows(before.up), renumbering.rows(before.down)
+    own = (moved_nbr != subnet.nbr) | (up != o.ud.up) | (down != o.ud.down)
+    rows = np.flatnonzero(own.any(axis=1)).astype(np.intp)
+    return renumbering, rows, np.flatnonzero(changed).astype(np.intp)
 
 
 __all__ = ["KEEP", "first_pass", "forget"]
