@@ -1,0 +1,200 @@
+"""sssp's vector form (`engines/sssp_vector.py`, compact per-destination-switch candidate blocks) makes the
+same tables as the per-level loop it replaced, kept here verbatim as the reference.
+
+A speed change that must not change a single entry: every LFT entry, the alternatives, and (through them)
+dfsssp's lanes.  Fabrics: OpenSM's k=16 damaged as `benchmarks/routing.py` damages it (the cases issue 30's
+timings are taken on), the fabrics of `test_sssp_kernels.py`, one with links of mixed speed (weights other
+than 1), and the form that builds candidate blocks on demand (large fabrics) forced on small ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from controller.sm.cdg import lanes
+from controller.sm.engines.common import TargetMasks, alternatives
+from controller.sm.engines.sssp import SsspEngine, _Levels, _orders, _tiers, _worst_tier_imbalance
+from controller.sm.paths import ShortestCandidates, hop_distances
+from controller.sm.subnet import Subnet
+from controller.sm.tables import RoutingTables, new_lft
+from fabriclab.cli.failures import link_failures
+from tests.conftest import DATA
+from tests.test_sssp_kernels import FABRICS
+from topologies.faults import SwitchFailures, degrade
+from topologies.generators import fat_tree, leaf_spine
+from topologies.ibnet import dump_ibnet, load_ibnet, parse_ibnet
+from topologies.model import Fabric
+
+
+class ReferenceSssp(SsspEngine):
+    """sssp with the balancing loop as it was before `sssp_vector` (numpy over whole levels)."""
+
+    def route(self, subnet: Subnet) -> RoutingTables:
+        n = subnet.n_switches
+        dist = hop_distances(subnet)
+        alt = alternatives(subnet, ShortestCandidates(subnet, dist))
+        lft = new_lft(subnet)
+        channel, n_channels = subnet.switch_channels
+        is_link = subnet.nbr >= 0
+        fastest = float(subnet.bw_gbps[is_link].max(initial=1.0))
+        weight = np.where(is_link, fastest / np.where(is_link, subnet.bw_gbps, 1.0), 1.0)
+        next_switch = np.where(is_link, subnet.nbr, 0).astype(np.intp)
+        levels = _Levels(dist)
+        host_sources = subnet.hosts_per_switch.astype(np.float64)
+        order, preference = _orders(subnet)
+        tier = _tiers(subnet, channel, n_channels)
+        load = np.zeros(n_channels + 1, dtype=np.float64)
+        masks = TargetMasks(subnet, alt)
+        switch_sources = np.ones(n, dtype=np.float64)
+        inf = np.float64(np.inf)
+        pref_channel = np.take_along_axis(channel, preference, axis=1)
+        pref_weight = np.take_along_axis(weight, preference, axis=1)
+        pref_next = np.take_along_axis(next_switch, preference, axis=1)
+        pref_target = -1
+        pref_mask = np.zeros((n, subnet.n_ports), dtype=bool)
+        path_cost = np.zeros(n + 1, dtype=np.float64)
+        host_load = np.zeros_like(load)
+
+        def push(
+            groups: list[npt.NDArray[np.intp]],
+            lid: int,
+            flows: npt.NDArray[np.float64],
+            sign: float,
+            host: bool,
+        ) -> None:
+            for group in groups:
+                choice = lft[group, lid].astype(np.intp)
+                used = channel[group, choice]
+                load[used] += sign * flows[group]
+                if host:
+                    host_load[used] += sign * flows[group]
+                flows += np.bincount(next_switch[group, choice], weights=flows[group], minlength=flows.size)
+
+        previous = np.inf
+        for round_number in range(1 + self.max_refinements):
+            for i in order.tolist():
+                lid = int(subnet.dest_lids[i])
+                target = int(subnet.dest_switch[i])
+                if target != pref_target:
+                    pref_mask = np.take_along_axis(masks(target), preference, axis=1)
+                    pref_target = target
+                groups = levels(target)
+                host = bool(subnet.dest_is_host[i])
+                sources = host_sources if host else switch_sources
+                if round_number:
+                    push(groups, lid, sources.copy(), -1.0, host)
+                path_cost[target] = 0.0
+                for group in reversed(groups):
+                    cost = load[pref_channel[group]] * pref_weight[group] + path_cost[pref_next[group]]
+                    choice = np.where(pref_mask[group], cost, inf).argmin(axis=1)
+                    path_cost[group] = cost[np.arange(group.size), choice]
+                    lft[group, lid] = preference[group, choice]
+                push(groups, lid, sources.copy(), 1.0, host)
+            imbalance = _worst_tier_imbalance(host_load[:n_channels], tier)
+            if imbalance <= self.balanced or imbalance >= previous - 1e-9:
+                break
+            previous = imbalance
+        return self._finish(subnet, dist, lft, alt)
+
+
+def _damaged_k16(switches: str = "0", links_pct: float = 0.0) -> Fabric:
+    """OpenSM's k=16 file damaged as `benchmarks/routing.py`'s `osm-k16-*` cases (seed 1, imported)."""
+    fabric = load_ibnet(DATA / "opensm-ft3-k16" / "fabric.net.gz")
+    links = link_failures(f"{links_pct:g}%", fabric)
+    damaged = degrade(fabric, links, SwitchFailures.parse(switches), 1).fabric
+    return parse_ibnet(dump_ibnet(damaged), f"{damaged.name}.net")
+
+
+def _mixed_speeds(fabric: Fabric, every: int = 3) -> Fabric:
+    """Every `every`-th switch-to-switch link at a quarter of the speed: costs with weights other than 1."""
+    hosts = {host.name for host in fabric.hosts}
+    slowed, seen = [], 0
+    for link in fabric.links:
+        between_switches = link.a.node not in hosts and link.b.node not in hosts
+        seen += between_switches
+        slow = between_switches and seen % every == 0
+        slowed.append(replace(link, bw_gbps=link.bw_gbps / 4) if slow else link)
+    return replace(fabric, links=tuple(slowed))
+
+
+DAMAGED_K16: dict[str, Callable[[], Fabric]] = {
+    "osm-k16-core1": lambda: _damaged_k16(switches="core:1"),
+    "osm-k16-agg1": lambda: _damaged_k16(switches="agg:1"),
+    "osm-k16-5pct": lambda: _damaged_k16(links_pct=5.0),
+}
+OTHERS: dict[str, Callable[[], Fabric]] = {
+    **FABRICS,
+    "ft8": lambda: fat_tree(8),
+    "ft8-mixed-speeds": lambda: _mixed_speeds(fat_tree(8)),
+    "leafspine-mixed-speeds": lambda: _mixed_speeds(leaf_spine(6, 4, 3, parallel=2), every=2),
+    "ft8-cut-20": lambda: degrade(fat_tree(8), 20, seed=3).fabric,
+}
+
+
+def _vector(budget: int | None = None) -> SsspEngine:
+    engine = SsspEngine()
+    engine.scalar_up_to = -1  # the vector form everywhere
+    if budget is not None:
+        engine.plan_budget = budget
+    return engine
+
+
+def _reference() -> SsspEngine:
+    engine = ReferenceSssp()
+    engine.scalar_up_to = -1
+    return engine
+
+
+def _assert_same(name: str, got: RoutingTables, want: RoutingTables) -> None:
+    assert np.array_equal(got.alt, want.alt), f"{name}: alternatives differ"
+    differ = np.argwhere(got.lft != want.lft)
+    assert differ.size == 0, (
+        f"{name}: {len(differ)} LFT entries differ, first (switch, lid) {differ[:3].tolist()}"
+    )
+    assert got.digest() == want.digest()
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGED_K16))
+def test_the_vector_form_makes_the_old_loops_tables_on_damaged_k16(name: str) -> None:
+    subnet = Subnet.build(DAMAGED_K16[name]())
+    want = _reference().route(subnet)
+    _assert_same(name, _vector().route(subnet), want)
+    # The default engine on this fabric (over 256 switches) is the vector form.
+    _assert_same(name + " (default)", SsspEngine().route(subnet), want)
+
+
+@pytest.mark.parametrize("name", sorted(OTHERS))
+def test_the_vector_form_makes_the_old_loops_tables(name: str) -> None:
+    subnet = Subnet.build(OTHERS[name]())
+    want = _reference().route(subnet)
+    _assert_same(name, _vector().route(subnet), want)
+    _assert_same(name + " (plans built on demand)", _vector(budget=0).route(subnet), want)
+
+
+def test_mixed_speeds_really_weigh_links() -> None:
+    """The mixed-speed fabrics must exercise the weighted path (some weight other than 1)."""
+    subnet = Subnet.build(OTHERS["ft8-mixed-speeds"]())
+    is_link = subnet.nbr >= 0
+    assert len(set(subnet.bw_gbps[is_link].tolist())) == 2
+
+
+@pytest.mark.parametrize("name", ["torus6x6", "dragonfly9x4", "rr40x5-s3"])
+def test_dfsssp_lanes_from_the_vector_form_equal_the_old_loops(name: str) -> None:
+    subnet = Subnet.build(FABRICS[name]())
+    got_layers, got_info = lanes(_vector().route(subnet), 8)
+    want_layers, want_info = lanes(_reference().route(subnet), 8)
+    assert got_info == want_info
+    assert np.array_equal(got_layers, want_layers), f"{name}: a route landed on another lane"
+
+
+def test_routing_twice_gives_the_same_tables() -> None:
+    """Determinism: plans are cached per routing, nothing carries over from one routing to the next."""
+    subnet = Subnet.build(FABRICS["ft8-agg-gone"]())
+    engine = _vector()
+    first, second = engine.route(subnet), engine.route(subnet)
+    assert np.array_equal(first.lft, second.lft)
