@@ -1,10 +1,11 @@
 """sssp's vector form (`engines/sssp_vector.py`, compact per-destination-switch candidate blocks) makes the
-same tables as the per-level loop it replaced, kept here verbatim as the reference.
+same tables as the per-level loop it replaced on the fabrics it runs on (the loop is still the engine's for
+fabrics too large for the blocks' memory, `SsspEngine.plan_cells`, so it is the reference here).
 
 A speed change that must not change a single entry: every LFT entry, the alternatives, and (through them)
 dfsssp's lanes.  Fabrics: OpenSM's k=16 damaged as `benchmarks/routing.py` damages it (the cases issue 30's
 timings are taken on), the fabrics of `test_sssp_kernels.py`, one with links of mixed speed (weights other
-than 1), and the form that builds candidate blocks on demand (large fabrics) forced on small ones.
+than 1), and blocks built one destination switch at a time as well as all at once.
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from controller.sm.cdg import lanes
-from controller.sm.engines.common import TargetMasks, alternatives
-from controller.sm.engines.sssp import SsspEngine, _Levels, _orders, _tiers, _worst_tier_imbalance
-from controller.sm.paths import ShortestCandidates, hop_distances
+from controller.sm.engines import sssp_vector
+from controller.sm.engines.sssp import SsspEngine
 from controller.sm.subnet import Subnet
-from controller.sm.tables import RoutingTables, new_lft
+from controller.sm.tables import RoutingTables
 from fabriclab.cli.failures import link_failures
 from tests.conftest import DATA
 from tests.test_sssp_kernels import FABRICS
@@ -29,77 +28,6 @@ from topologies.faults import SwitchFailures, degrade
 from topologies.generators import fat_tree, leaf_spine
 from topologies.ibnet import dump_ibnet, load_ibnet, parse_ibnet
 from topologies.model import Fabric
-
-
-class ReferenceSssp(SsspEngine):
-    """sssp with the balancing loop as it was before `sssp_vector` (numpy over whole levels)."""
-
-    def route(self, subnet: Subnet) -> RoutingTables:
-        n = subnet.n_switches
-        dist = hop_distances(subnet)
-        alt = alternatives(subnet, ShortestCandidates(subnet, dist))
-        lft = new_lft(subnet)
-        channel, n_channels = subnet.switch_channels
-        is_link = subnet.nbr >= 0
-        fastest = float(subnet.bw_gbps[is_link].max(initial=1.0))
-        weight = np.where(is_link, fastest / np.where(is_link, subnet.bw_gbps, 1.0), 1.0)
-        next_switch = np.where(is_link, subnet.nbr, 0).astype(np.intp)
-        levels = _Levels(dist)
-        host_sources = subnet.hosts_per_switch.astype(np.float64)
-        order, preference = _orders(subnet)
-        tier = _tiers(subnet, channel, n_channels)
-        load = np.zeros(n_channels + 1, dtype=np.float64)
-        masks = TargetMasks(subnet, alt)
-        switch_sources = np.ones(n, dtype=np.float64)
-        inf = np.float64(np.inf)
-        pref_channel = np.take_along_axis(channel, preference, axis=1)
-        pref_weight = np.take_along_axis(weight, preference, axis=1)
-        pref_next = np.take_along_axis(next_switch, preference, axis=1)
-        pref_target = -1
-        pref_mask = np.zeros((n, subnet.n_ports), dtype=bool)
-        path_cost = np.zeros(n + 1, dtype=np.float64)
-        host_load = np.zeros_like(load)
-
-        def push(
-            groups: list[npt.NDArray[np.intp]],
-            lid: int,
-            flows: npt.NDArray[np.float64],
-            sign: float,
-            host: bool,
-        ) -> None:
-            for group in groups:
-                choice = lft[group, lid].astype(np.intp)
-                used = channel[group, choice]
-                load[used] += sign * flows[group]
-                if host:
-                    host_load[used] += sign * flows[group]
-                flows += np.bincount(next_switch[group, choice], weights=flows[group], minlength=flows.size)
-
-        previous = np.inf
-        for round_number in range(1 + self.max_refinements):
-            for i in order.tolist():
-                lid = int(subnet.dest_lids[i])
-                target = int(subnet.dest_switch[i])
-                if target != pref_target:
-                    pref_mask = np.take_along_axis(masks(target), preference, axis=1)
-                    pref_target = target
-                groups = levels(target)
-                host = bool(subnet.dest_is_host[i])
-                sources = host_sources if host else switch_sources
-                if round_number:
-                    push(groups, lid, sources.copy(), -1.0, host)
-                path_cost[target] = 0.0
-                for group in reversed(groups):
-                    cost = load[pref_channel[group]] * pref_weight[group] + path_cost[pref_next[group]]
-                    choice = np.where(pref_mask[group], cost, inf).argmin(axis=1)
-                    path_cost[group] = cost[np.arange(group.size), choice]
-                    lft[group, lid] = preference[group, choice]
-                push(groups, lid, sources.copy(), 1.0, host)
-            imbalance = _worst_tier_imbalance(host_load[:n_channels], tier)
-            if imbalance <= self.balanced or imbalance >= previous - 1e-9:
-                break
-            previous = imbalance
-        return self._finish(subnet, dist, lft, alt)
 
 
 def _damaged_k16(switches: str = "0", links_pct: float = 0.0) -> Fabric:
@@ -136,17 +64,15 @@ OTHERS: dict[str, Callable[[], Fabric]] = {
 }
 
 
-def _vector(budget: int | None = None) -> SsspEngine:
+def _vector() -> SsspEngine:
     engine = SsspEngine()
-    engine.scalar_up_to = -1  # the vector form everywhere
-    if budget is not None:
-        engine.plan_budget = budget
+    engine.scalar_up_to, engine.plan_cells = -1, 1 << 40  # the vector form everywhere
     return engine
 
 
 def _reference() -> SsspEngine:
-    engine = ReferenceSssp()
-    engine.scalar_up_to = -1
+    engine = SsspEngine()
+    engine.scalar_up_to, engine.plan_cells = -1, -1  # the per-level loop everywhere
     return engine
 
 
@@ -164,16 +90,20 @@ def test_the_vector_form_makes_the_old_loops_tables_on_damaged_k16(name: str) ->
     subnet = Subnet.build(DAMAGED_K16[name]())
     want = _reference().route(subnet)
     _assert_same(name, _vector().route(subnet), want)
-    # The default engine on this fabric (over 256 switches) is the vector form.
-    _assert_same(name + " (default)", SsspEngine().route(subnet), want)
+    # The default engine on this fabric (over 256 switches, 1.1 M cells) is the vector form.
+    default = SsspEngine()
+    assert subnet.n_switches > default.scalar_up_to
+    assert sssp_vector.cells(want.alt, subnet.dest_lids.size) <= default.plan_cells
+    _assert_same(name + " (default)", default.route(subnet), want)
 
 
 @pytest.mark.parametrize("name", sorted(OTHERS))
-def test_the_vector_form_makes_the_old_loops_tables(name: str) -> None:
+def test_the_vector_form_makes_the_old_loops_tables(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     subnet = Subnet.build(OTHERS[name]())
     want = _reference().route(subnet)
     _assert_same(name, _vector().route(subnet), want)
-    _assert_same(name + " (plans built on demand)", _vector(budget=0).route(subnet), want)
+    monkeypatch.setattr(sssp_vector, "CHUNK_CELLS", 1)
+    _assert_same(name + " (plans built one switch at a time)", _vector().route(subnet), want)
 
 
 def test_mixed_speeds_really_weigh_links() -> None:

@@ -28,10 +28,10 @@ import numpy.typing as npt
 
 from controller.sm.cdg import lanes
 from controller.sm.engines.base import RoutingEngine
-from controller.sm.engines.common import alternatives, port_order
+from controller.sm.engines.common import TargetMasks, alternatives, port_order
 from controller.sm.engines.sssp_scalar import Candidates
 from controller.sm.engines.sssp_scalar import balance as scalar_balance
-from controller.sm.engines.sssp_vector import Plans
+from controller.sm.engines.sssp_vector import Plans, cells
 from controller.sm.engines.sssp_vector import balance as vector_balance
 from controller.sm.hostorder import host_order
 from controller.sm.paths import ShortestCandidates, hop_distances, multi_source_distances
@@ -123,9 +123,11 @@ class SsspEngine(RoutingEngine):
     #: torus 49 -> 10 ms, random regular 64x6 135 -> 48 ms; k=8 fat-tree, 64 per level: 20 vs 28 ms).
     scalar_up_to = 256
     scalar_candidates_per_level = 48.0
-    #: Above this many (switch, destination switch, candidate) triples the vector form builds each
-    #: destination switch's candidate blocks when needed instead of keeping all (`sssp_vector.Plans`).
-    plan_budget = 1 << 20
+    #: Elsewhere `sssp_vector` runs (same tables, 2.8-3.3x faster on damaged k=16) while what it keeps —
+    #: candidate blocks per destination switch and charges per destination, `sssp_vector.cells` — stays
+    #: within this many array cells: damaged k=16 needs 1.1 M (peak 33 MB against the per-level loop's
+    #: 7 MB), k=24 8.0 M; beyond, the per-level loop, which keeps nothing per destination.
+    plan_cells = 1 << 21
 
     def route(self, subnet: Subnet) -> RoutingTables:
         n = subnet.n_switches
@@ -162,31 +164,103 @@ class SsspEngine(RoutingEngine):
                 lft,
             )
             return self._finish(subnet, dist, lft, alt)
-        plans = Plans(
-            dist,
-            alt,
-            subnet.n_ports,
-            preference,
-            channel,
-            weight,
-            next_switch,
-            host_sources,
-            n_channels,
-            self.plan_budget,
-        )
-        vector_balance(
-            plans,
-            order.tolist(),
-            subnet.dest_lids.tolist(),
-            subnet.dest_switch.tolist(),
-            subnet.dest_is_host.tolist(),
-            n_channels,
-            1 + self.max_refinements,
-            lambda host_load: _worst_tier_imbalance(host_load, tier),
-            self.balanced,
-            lft,
+        if cells(alt, subnet.dest_lids.size) <= self.plan_cells:
+            plans = Plans(
+                dist, alt, subnet.n_ports, preference, channel, weight, next_switch, host_sources, n_channels
+            )
+            vector_balance(
+                plans,
+                order.tolist(),
+                subnet.dest_lids.tolist(),
+                subnet.dest_switch.tolist(),
+                subnet.dest_is_host.tolist(),
+                n_channels,
+                1 + self.max_refinements,
+                lambda host_load: _worst_tier_imbalance(host_load, tier),
+                self.balanced,
+                lft,
+            )
+            return self._finish(subnet, dist, lft, alt)
+        self._balance_by_level(
+            subnet, dist, alt, lft, order, preference, tier, weight, next_switch, host_sources
         )
         return self._finish(subnet, dist, lft, alt)
+
+    def _balance_by_level(
+        self,
+        subnet: Subnet,
+        dist: U8,
+        alt: U8,
+        lft: U8,
+        order: npt.NDArray[np.intp],
+        preference: npt.NDArray[np.intp],
+        tier: npt.NDArray[np.int64],
+        weight: npt.NDArray[np.float64],
+        next_switch: npt.NDArray[np.intp],
+        host_sources: npt.NDArray[np.float64],
+    ) -> None:
+        """The balancing loop as whole-level array operations over (switch x port) tables: slower than
+        `sssp_vector` (about 110 operations per destination) but it keeps nothing per destination, for
+        fabrics where that would cost too much memory."""
+        n = subnet.n_switches
+        channel, n_channels = subnet.switch_channels
+        levels = _Levels(dist)
+        load = np.zeros(n_channels + 1, dtype=np.float64)
+        masks = TargetMasks(subnet, alt)
+        switch_sources = np.ones(n, dtype=np.float64)
+        inf = np.float64(np.inf)
+        # Per-port arrays with each switch's columns in preference order: argmin then breaks ties by the
+        # position of the switch behind a port, not by its number.
+        pref_channel = np.take_along_axis(channel, preference, axis=1)
+        pref_weight = np.take_along_axis(weight, preference, axis=1)
+        pref_next = np.take_along_axis(next_switch, preference, axis=1)
+        pref_target = -1
+        pref_mask = np.zeros((n, subnet.n_ports), dtype=bool)
+        path_cost = np.zeros(n + 1, dtype=np.float64)
+
+        host_load = np.zeros_like(load)  # the part of `load` that host traffic puts there
+
+        def push(
+            groups: list[npt.NDArray[np.intp]],
+            lid: int,
+            flows: npt.NDArray[np.float64],
+            sign: float,
+            host: bool,
+        ) -> None:
+            """Farthest first: carry the flows along the chosen tree and charge the links they use."""
+            for group in groups:
+                choice = lft[group, lid].astype(np.intp)
+                used = channel[group, choice]
+                load[used] += sign * flows[group]
+                if host:
+                    host_load[used] += sign * flows[group]
+                flows += np.bincount(next_switch[group, choice], weights=flows[group], minlength=flows.size)
+
+        previous = np.inf
+        for round_number in range(1 + self.max_refinements):
+            for i in order.tolist():
+                lid = int(subnet.dest_lids[i])
+                target = int(subnet.dest_switch[i])
+                if target != pref_target:
+                    pref_mask = np.take_along_axis(masks(target), preference, axis=1)
+                    pref_target = target
+                groups = levels(target)
+                host = bool(subnet.dest_is_host[i])
+                sources = host_sources if host else switch_sources
+                if round_number:
+                    push(groups, lid, sources.copy(), -1.0, host)  # rip up, reroute against all the others
+                # Nearest first: the cheapest shortest path from each switch, as a sum of link loads.
+                path_cost[target] = 0.0
+                for group in reversed(groups):
+                    cost = load[pref_channel[group]] * pref_weight[group] + path_cost[pref_next[group]]
+                    choice = np.where(pref_mask[group], cost, inf).argmin(axis=1)
+                    path_cost[group] = cost[np.arange(group.size), choice]
+                    lft[group, lid] = preference[group, choice]
+                push(groups, lid, sources.copy(), 1.0, host)
+            imbalance = _worst_tier_imbalance(host_load[:n_channels], tier)
+            if imbalance <= self.balanced or imbalance >= previous - 1e-9:
+                break
+            previous = imbalance
 
     def _finish(self, subnet: Subnet, dist: U8, lft: U8, alt: U8) -> RoutingTables:
         unreachable = dist == 255

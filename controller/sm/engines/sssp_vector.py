@@ -70,8 +70,8 @@ class Plan:
     """Everything about one destination switch that does not depend on loads.
 
     `switches`: the switches that route towards it (0 < distance < 255), nearest first; `levels`: their
-    distance levels, nearest first; `first[r]`: where row r's candidates start in the flat `channel`,
-    `near` and `port` arrays (row-major over the levels' blocks); `host_sources` / `switch_sources`:
+    distance levels, nearest first; `first[r]`: where row r's candidates start in the flat `channel`
+    and `near` arrays (row-major over the levels' blocks); `host_sources` / `switch_sources`:
     flows each row's switch sends to a host / switch destination, behind the two leading slots.
     `path_cost` (by position: the destination switch, padding, then the rows) and `choice` are scratch
     space for one destination at a time (see `Level`)."""
@@ -81,24 +81,29 @@ class Plan:
     first: npt.NDArray[np.intp]
     channel: npt.NDArray[np.intp]
     near: npt.NDArray[np.intp]
-    port: npt.NDArray[np.uint8]
     host_sources: npt.NDArray[np.float64]
     switch_sources: npt.NDArray[np.float64]
     path_cost: npt.NDArray[np.float64]
     choice: npt.NDArray[np.intp]
 
 
+#: Plans are built for as many destination switches at once as keep the (switch x target x port)
+#: temporaries near this many cells.
+CHUNK_CELLS = 1 << 18
+
 #: Bits set per byte value (the candidate count of packed candidate bits).
 _POPCOUNT = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
 
 
-class Plans:
-    """`plans(t)`: the `Plan` of destination switch t.
+def cells(alt: U8, destinations: int) -> int:
+    """What this form keeps, in array cells: every (switch, destination switch, candidate) triple, and per
+    destination one charge per switch.  `SsspEngine` uses it only while this is small."""
+    return int(_POPCOUNT[alt].sum(dtype=np.int64)) + destinations * int(alt.shape[0])
 
-    When the fabric has at most `budget` (switch, destination switch, candidate) triples, all plans are
-    built at the first call, a block of destination switches at a time in one pass of array operations,
-    and kept.  On larger fabrics that would cost too much memory: a plan is built when asked for and only
-    the last one is kept (destinations come grouped by switch, so a plan is built about twice a round)."""
+
+class Plans:
+    """`plans[t]`: the `Plan` of destination switch t, for all destination switches, built a block of
+    them at a time (`CHUNK_CELLS`) in one pass of array operations."""
 
     def __init__(
         self,
@@ -111,7 +116,6 @@ class Plans:
         next_switch: npt.NDArray[np.intp],
         host_sources: npt.NDArray[np.float64],
         n_channels: int,
-        budget: int = 1 << 20,
     ) -> None:
         """`alt[s, t]`: packed bits of switch s's shortest-path ports towards switch t; `preference[s]`:
         switch s's ports in tie-breaking order; `channel`, `weight`, `next_switch`: per (switch, port), with
@@ -123,22 +127,18 @@ class Plans:
         self.n_channels = n_channels
         # Exact: load x 1.0 is load, so the multiplication can go when every weight is 1.0.
         self.unweighted = bool((weight == 1.0).all())
-        self.keep_all = int(_POPCOUNT[alt].sum(dtype=np.int64)) <= budget
-        self._kept: list[Plan] = []
-        self._last: tuple[int, Plan] | None = None
+        #: The port each channel leaves by (to write the tables from the channels chosen).
+        self.port_of = np.zeros(n_channels + 1, dtype=np.uint8)
+        on, by = np.nonzero(channel < n_channels)
+        self.port_of[channel[on, by]] = by
+        n = dist.shape[0]
+        step = max(1, CHUNK_CELLS // max(1, n * n_ports))
+        self.plans: list[Plan] = []
+        for lo in range(0, n, step):
+            self.plans.extend(self.build(np.arange(lo, min(n, lo + step), dtype=np.intp)))
 
-    def __call__(self, target: int) -> Plan:
-        if self._kept:
-            return self._kept[target]
-        if self.keep_all:
-            n = self.dist.shape[0]
-            step = max(1, (1 << 22) // max(1, n * self.n_ports))
-            for lo in range(0, n, step):
-                self._kept.extend(self.build(np.arange(lo, min(n, lo + step), dtype=np.intp)))
-            return self._kept[target]
-        if self._last is None or self._last[0] != target:
-            self._last = (target, self.build(np.array([target], dtype=np.intp))[0])
-        return self._last[1]
+    def __getitem__(self, target: int) -> Plan:
+        return self.plans[target]
 
     def build(self, targets: npt.NDArray[np.intp]) -> list[Plan]:
         """The plans of these destination switches (rows of all of them at once, then sliced)."""
@@ -156,8 +156,11 @@ class Plans:
         # Candidates in preference order: each switch's bits permuted once, then (switch, target, rank).
         p = self.n_ports
         bits = np.unpackbits(self.alt[:, targets, :], axis=2, count=p).view(bool)
-        for s, columns in enumerate(self.preference):
-            bits[s] = bits[s][:, columns]
+        if 8 * c >= n:  # a few targets: one gather; many: one column permutation per switch is cheaper
+            for s, columns in enumerate(self.preference):
+                bits[s] = bits[s][:, columns]
+        else:
+            bits = np.take_along_axis(bits, self.preference[:, None, :], axis=2)
         s_idx, t_idx, j_idx = np.nonzero(bits)  # by switch, target, then preference
         row_of = np.full((c, n), -1, dtype=np.intp)
         row_of[k_idx, rows] = np.arange(rows.size)
@@ -188,9 +191,7 @@ class Plans:
         flat_channel[at] = self.channel.reshape(-1).take(port_index)
         flat_near = np.full(total, _PAD, dtype=np.intp)
         flat_near[at] = position.reshape(-1).take(t_idx * n + self.next_switch.reshape(-1).take(port_index))
-        flat_port = np.zeros(total, dtype=np.uint8)
-        flat_port[at] = ports
-        flat_weight = np.ones(total, dtype=np.float64)
+        flat_weight = np.ones(0 if self.unweighted else total, dtype=np.float64)
         if not self.unweighted:
             flat_weight[at] = self.weight.reshape(-1).take(port_index)
         host_sources = self.host_sources[rows]
@@ -231,7 +232,6 @@ class Plans:
                     first[r0:r1] - s0,
                     flat_channel[s0:s1],
                     flat_near[s0:s1],
-                    flat_port[s0:s1],
                     np.concatenate(([0.0, 0.0], host_sources[r0:r1])),
                     np.concatenate(([0.0, 0.0], np.ones(r1 - r0))),
                     path_cost,
@@ -242,7 +242,7 @@ class Plans:
 
 
 def balance(
-    plan_of: Callable[[int], Plan],
+    plans: Plans,
     order: Sequence[int],
     dest_lids: Sequence[int],
     dest_switch: Sequence[int],
@@ -256,16 +256,16 @@ def balance(
     """sssp's rounds (see `SsspEngine`) writing each destination's chosen ports into `lft`."""
     load = np.zeros(n_channels + 1, dtype=np.float64)
     host_load = np.zeros_like(load)  # the part of `load` that host traffic puts there
-    #: Per destination: (rows' chosen candidates, their channels, the flows charged on them).
-    charged: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.float64]]] = {}
+    #: Per destination: the channels its rows chose and the flows charged on them.
+    charged: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = {}
     previous = np.inf
     for _ in range(rounds):
         for i in order:
-            plan = plan_of(dest_switch[i])
+            plan = plans[dest_switch[i]]
             host = dest_is_host[i]
             old = charged.get(i)
             if old is not None:  # rip up, reroute against all the others
-                _, used, flows = old
+                used, flows = old
                 load[used] -= flows
                 if host:
                     host_load[used] -= flows
@@ -305,14 +305,13 @@ def balance(
             load[used] += flows
             if host:
                 host_load[used] += flows
-            charged[i] = (picked, used, flows)
+            charged[i] = (used, flows)
         worst = imbalance(host_load[:n_channels])
         if worst <= balanced or worst >= previous - 1e-9:
             break
         previous = worst
-    for i, (picked, _, _) in charged.items():
-        plan = plan_of(dest_switch[i])
-        lft[plan.switches, dest_lids[i]] = plan.port.take(picked)
+    for i, (used, _) in charged.items():
+        lft[plans[dest_switch[i]].switches, dest_lids[i]] = plans.port_of.take(used)
 
 
-__all__ = ["Level", "Plan", "Plans", "balance"]
+__all__ = ["Level", "Plan", "Plans", "balance", "cells"]
