@@ -61,6 +61,8 @@ OTHERS: dict[str, Callable[[], Fabric]] = {
     "ft8-mixed-speeds": lambda: _mixed_speeds(fat_tree(8)),
     "leafspine-mixed-speeds": lambda: _mixed_speeds(leaf_spine(6, 4, 3, parallel=2), every=2),
     "ft8-cut-20": lambda: degrade(fat_tree(8), 20, seed=3).fabric,
+    # A pod's aggregation switches gone: its leaves are cut off (unreachable pairs, switches without rows).
+    "ft8-pod-cut-off": lambda: fat_tree(8).without(nodes=("agg1", "agg2", "agg3", "agg4", "core1")),
 }
 
 
