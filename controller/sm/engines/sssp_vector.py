@@ -97,8 +97,12 @@ _POPCOUNT = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
 
 def cells(alt: U8, destinations: int) -> int:
     """What this form keeps, in array cells: every (switch, destination switch, candidate) triple, and per
-    destination one charge per switch.  `SsspEngine` uses it only while this is small."""
-    return int(_POPCOUNT[alt].sum(dtype=np.int64)) + destinations * int(alt.shape[0])
+    destination one charge per switch.  `SsspEngine` uses it only while this is small.  Counted a block of
+    rows at a time, so that asking on a large fabric costs no second copy of `alt`."""
+    n = int(alt.shape[0])
+    step = max(1, CHUNK_CELLS // max(1, alt[:1].size))
+    triples = sum(int(_POPCOUNT[alt[lo : lo + step]].sum(dtype=np.int64)) for lo in range(0, n, step))
+    return triples + destinations * n
 
 
 class Plans:
