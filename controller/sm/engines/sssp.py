@@ -15,8 +15,10 @@ destination; on fat-trees that is harmless, on rail and leaf-spine fabrics it le
 while some tier's max/mean stays above 1.01 and keeps improving, whole extra rounds rip up each
 destination's tree and reroute it against the loads of all the others (at most `max_refinements`).
 
-The loop over destinations is inherent (each one sees the loads of those before); the work per destination
-is a handful of vector operations per distance level.  No deadlock promise on arbitrary graphs.
+The loop over destinations is inherent (each one sees the loads of those before), so its cost is what one
+destination costs: on small fabrics with narrow levels it runs in plain Python (`sssp_scalar`), elsewhere
+over candidate blocks prepared once per destination switch (`sssp_vector`: about five array operations per
+distance level).  Both make the same tables.  No deadlock promise on arbitrary graphs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from controller.sm.engines.base import RoutingEngine
 from controller.sm.engines.common import TargetMasks, alternatives, port_order
 from controller.sm.engines.sssp_scalar import Candidates
 from controller.sm.engines.sssp_scalar import balance as scalar_balance
+from controller.sm.engines.sssp_vector import Plans, cells
+from controller.sm.engines.sssp_vector import balance as vector_balance
 from controller.sm.hostorder import host_order
 from controller.sm.paths import ShortestCandidates, hop_distances, multi_source_distances
 from controller.sm.subnet import NO_PORT, U8, Subnet
@@ -119,6 +123,11 @@ class SsspEngine(RoutingEngine):
     #: torus 49 -> 10 ms, random regular 64x6 135 -> 48 ms; k=8 fat-tree, 64 per level: 20 vs 28 ms).
     scalar_up_to = 256
     scalar_candidates_per_level = 48.0
+    #: Elsewhere `sssp_vector` runs (same tables, 2.8-3.3x faster on damaged k=16) while what it keeps —
+    #: candidate blocks per destination switch and charges per destination, `sssp_vector.cells` — stays
+    #: within this many array cells: damaged k=16 needs 1.1 M (peak 33 MB against the per-level loop's
+    #: 7 MB), k=24 8.0 M; beyond, the per-level loop, which keeps nothing per destination.
+    plan_cells = 1 << 21
 
     def route(self, subnet: Subnet) -> RoutingTables:
         n = subnet.n_switches
@@ -155,6 +164,47 @@ class SsspEngine(RoutingEngine):
                 lft,
             )
             return self._finish(subnet, dist, lft, alt)
+        if cells(alt, subnet.dest_lids.size) <= self.plan_cells:
+            plans = Plans(
+                dist, alt, subnet.n_ports, preference, channel, weight, next_switch, host_sources, n_channels
+            )
+            vector_balance(
+                plans,
+                order.tolist(),
+                subnet.dest_lids.tolist(),
+                subnet.dest_switch.tolist(),
+                subnet.dest_is_host.tolist(),
+                n_channels,
+                1 + self.max_refinements,
+                lambda host_load: _worst_tier_imbalance(host_load, tier),
+                self.balanced,
+                lft,
+            )
+            return self._finish(subnet, dist, lft, alt)
+        self._balance_by_level(
+            subnet, dist, alt, lft, order, preference, tier, weight, next_switch, host_sources
+        )
+        return self._finish(subnet, dist, lft, alt)
+
+    def _balance_by_level(
+        self,
+        subnet: Subnet,
+        dist: U8,
+        alt: U8,
+        lft: U8,
+        order: npt.NDArray[np.intp],
+        preference: npt.NDArray[np.intp],
+        tier: npt.NDArray[np.int64],
+        weight: npt.NDArray[np.float64],
+        next_switch: npt.NDArray[np.intp],
+        host_sources: npt.NDArray[np.float64],
+    ) -> None:
+        """The balancing loop as whole-level array operations over (switch x port) tables: slower than
+        `sssp_vector` (about 110 operations per destination) but it keeps nothing per destination, for
+        fabrics where that would cost too much memory."""
+        n = subnet.n_switches
+        channel, n_channels = subnet.switch_channels
+        levels = _Levels(dist)
         load = np.zeros(n_channels + 1, dtype=np.float64)
         masks = TargetMasks(subnet, alt)
         switch_sources = np.ones(n, dtype=np.float64)
@@ -211,7 +261,6 @@ class SsspEngine(RoutingEngine):
             if imbalance <= self.balanced or imbalance >= previous - 1e-9:
                 break
             previous = imbalance
-        return self._finish(subnet, dist, lft, alt)
 
     def _finish(self, subnet: Subnet, dist: U8, lft: U8, alt: U8) -> RoutingTables:
         unreachable = dist == 255
