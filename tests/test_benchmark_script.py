@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
@@ -45,6 +47,7 @@ def test_routing_benchmark_runs_and_reports_json() -> None:
     assert "max/mean" in done.stderr  # the at-a-glance table
 
 
+@pytest.mark.emulation  # needs Open vSwitch; imported in the function, `require_emulation` escapes conftest
 def test_controller_benchmark_runs_and_reports_json() -> None:
     from tests.emulation_support import require_emulation
 
