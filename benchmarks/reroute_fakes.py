@@ -150,11 +150,16 @@ def _run(k: int, n: int, seed: int, heap: Heap | None) -> dict[str, Any]:
         "switch_loss": [],
         "switch_back": [],
     }
+    leaves = {lk.b.node if fabric.nodes[lk.a.node].is_host else lk.a.node for lk in fabric.links
+              if fabric.nodes[lk.a.node].is_host or fabric.nodes[lk.b.node].is_host}  # fmt: skip
+    cut_at: dict[str, list[float]] = {"leaf_uplink": [], "above_leaves": []}  # controller's share, ms
     clock = 100.0
     for _ in range(n):
         link = rng.choice(cables)
         clock += 1.0
         rows["cut"].append(_feed(driver, _changes(driver, [link], False, clock), clock))
+        at_leaf = link.a.node in leaves or link.b.node in leaves
+        cut_at["leaf_uplink" if at_leaf else "above_leaves"].append(rows["cut"][-1][1])
         clock += 1.0
         rows["restore"].append(_feed(driver, _changes(driver, [link], True, clock), clock))
     # A restore that leads to a fabric not routed lately (two cables down, the first comes back): its
@@ -190,6 +195,11 @@ def _run(k: int, n: int, seed: int, heap: Heap | None) -> dict[str, Any]:
                 "flow_mods_vs_full_reinstall_max": round(max(r[2] for r in got) / full, 4),
             }
             for kind, got in rows.items()
+        },
+        # the cuts by where the cable was: a leaf's uplink changes the leaf's whole table (it is compiled
+        # whole) and every other leaf's alternatives toward it; higher up, fewer switches change
+        "cut_by_place_ms_less_fake_decoding": {
+            place: percentiles(got, digits=1) if got else None for place, got in cut_at.items()
         },
     }
 
