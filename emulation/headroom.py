@@ -191,6 +191,7 @@ def assess(
     fault_window_losses: int = 0,
     tx_buffer_peak: float | None = None,
     delay_bound_ms: float = DELAY_BOUND_MS,
+    senders_late_ms: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """The headroom verdict of one run (see the module docstring).  `faulted_interfaces` are interfaces
     (switch ports as named in the root namespace, host ports as `host/intf`) of links cut by faults;
@@ -202,7 +203,10 @@ def assess(
     emulator drop was lost inside the emulator all the same ("unaccounted": OVS drops some packets under
     CPU starvation without any counter saying so).  `tx_buffer_peak` is `TxBufferSampler`'s reading.
     `delay_bound_ms`: the probe delay the modelled links themselves may cause (`modelled_delay_bound_ms`;
-    slow scaled links serialise a packet in milliseconds per hop), beyond which it is the emulator's."""
+    slow scaled links serialise a packet in milliseconds per hop), beyond which it is the emulator's.
+    `senders_late_ms`: per flow, (how far its sender fell behind its schedule, `sender_late_bound_ms`): a
+    stalled sender sends its backlog at once, and a burst that fills a modelled buffer by itself drops
+    packets the scenario never offered that way."""
     faulted = set(faulted_interfaces)
 
     def split(b: Mapping[str, int], a: Mapping[str, int]) -> tuple[int, int]:
@@ -238,6 +242,13 @@ def assess(
             f"probes were delayed {latency_p99_ms:.1f} ms at p99 on uncongested links "
             f"(bound {delay_bound_ms:g} ms)"
         )
+    late = {name: (ms, bound) for name, (ms, bound) in (senders_late_ms or {}).items() if ms > bound}
+    if late:
+        name, (late_ms, bound) = max(late.items(), key=lambda item: item[1][0] / item[1][1])
+        reasons.append(
+            f"{len(late)} sender(s) fell behind their schedule ({name}: {late_ms:.0f} ms, bound "
+            f"{bound:.0f} ms: its backlog, sent at once, can fill a modelled buffer)"
+        )
     result: dict[str, Any] = {
         "emulator_overloaded": bool(reasons),
         "why": "; ".join(reasons) or None,
@@ -249,6 +260,8 @@ def assess(
         "fault_drops": sockets_faulted + interfaces_faulted + shaped_faulted,
         "probe_latency_p99_ms": latency_p99_ms,
     }
+    if senders_late_ms:
+        result["senders_late_max_ms"] = max(late_ms for late_ms, _ in senders_late_ms.values())
     if received_packets is not None:
         result["received_packets"] = received_packets
         result["lost_in_fault_windows"] = fault_window_losses
@@ -276,6 +289,15 @@ def modelled_delay_bound_ms(
         return DELAY_BOUND_MS
     serialise_ms = (packet_bytes + 42) * 8 / (link_mbps * 1e3)  # UDP/IP/Ethernet headers
     return DELAY_BOUND_MS + hops * serialise_ms * (1 + (buffer_packets or 100))
+
+
+def sender_late_bound_ms(rate_pps: float, buffer_packets: int | None) -> float:
+    """How far a sender at `rate_pps` may fall behind its schedule: the backlog it then sends at once must
+    fit a modelled buffer of `buffer_packets` on its own (without a configured buffer, 100 packets are
+    assumed, as for delays), and never less than `DELAY_BOUND_MS`."""
+    if rate_pps <= 0:
+        return float("inf")
+    return max(DELAY_BOUND_MS, 1000.0 * (buffer_packets or 100) / rate_pps)
 
 
 class TxBufferSampler:

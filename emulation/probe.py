@@ -88,6 +88,7 @@ def send(
     wall0, start = time.time(), time.perf_counter()
     end = start + duration_s
     seq = errors = 0
+    late_s = 0.0  # the most a packet left after it was due: a stalled sender sends its backlog at once
 
     def due_at(k: int) -> float:
         return (k + offset[k % JITTER_SLOTS]) * interval
@@ -97,6 +98,7 @@ def send(
         if now >= end:
             break
         while due_at(seq) <= now - start:
+            late_s = max(late_s, now - start - due_at(seq))
             body = _HEADER.pack(seq, wall0 + (now - start)) + pad
             try:
                 if raw:
@@ -112,7 +114,7 @@ def send(
         time.sleep(min(0.01, max(0.0005, due_at(seq) - (time.perf_counter() - start))))
     entropy = "spray" if spray is not None else ("fixed" if sport is not None else "kernel")
     return {"sent": seq, "start": wall0, "rate_pps": rate_pps, "size": size, "entropy": entropy,
-            "send_errors": errors, "dscp": dscp}  # fmt: skip
+            "send_errors": errors, "dscp": dscp, "late_max_ms": round(late_s * 1000, 2)}  # fmt: skip
 
 
 def receive(

@@ -29,6 +29,7 @@ from emulation.headroom import (
     assess,
     capacity_ratio,
     modelled_delay_bound_ms,
+    sender_late_bound_ms,
     snapshot,
 )
 from emulation.mesh import check_all_pairs
@@ -229,7 +230,8 @@ def _run_once(
                       offered_load(scenario, flows), capacity, received_packets=received,
                       fault_window_losses=_fault_window_losses(flow_results, measured["faults"]),
                       tx_buffer_peak=tx_buffer_peak,
-                      delay_bound_ms=_delay_bound_ms(scenario, flows))  # fmt: skip
+                      delay_bound_ms=_delay_bound_ms(scenario, flows),
+                      senders_late_ms=_senders_late(scenario, flow_results))  # fmt: skip
     return {
         "repetition": rep + 1,
         "timings_s": timings,
@@ -397,6 +399,8 @@ def _flow_results(
                 "out_of_order": rx["out_of_order"],
                 "reorder_max": rx.get("reorder_max", 0),
                 "send_errors": tx.get("send_errors", 0),
+                # how far behind its schedule the sender fell (then sent its backlog in one burst)
+                "sender_late_max_ms": tx.get("late_max_ms"),
                 "entropy": flow.entropy,
                 "sport": flow.sport,
                 "goodput_mbps": round(rx["bytes"] * 8 / flow.duration_s / 1e6, 3),
@@ -433,6 +437,16 @@ def _delay_bound_ms(scenario: Scenario, flows: list[FlowPlan]) -> float:
     size = max((f.size_bytes for f in flows), default=64)
     hops = 2 * max(1, Tiers(fabric).top)  # up to the top tier and down again
     return modelled_delay_bound_ms(mbps, size, hops, scenario.spec.buffer_packets)
+
+
+def _senders_late(scenario: Scenario, flows: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Per probe flow: (how far its sender fell behind, the bound for its rate and the scenario's buffer)."""
+    return {
+        f["name"]: (float(f["sender_late_max_ms"]),
+                    sender_late_bound_ms(float(f["rate_pps"]), scenario.spec.buffer_packets))
+        for f in flows
+        if f.get("sender_late_max_ms") is not None
+    }  # fmt: skip
 
 
 def _fault_window_losses(flows: list[dict[str, Any]], faults: list[dict[str, Any]]) -> int:

@@ -21,6 +21,7 @@ from emulation.headroom import (
     _udp_rcvbuf_errors,
     assess,
     capacity_ratio,
+    sender_late_bound_ms,
 )
 from tests.conftest import ROOT
 
@@ -87,6 +88,20 @@ def test_delay_counts_only_where_no_modelled_link_was_congested() -> None:
     assert not assess(quiet, quiet, 100, latency_p99_ms=5.0)["emulator_overloaded"]
     congested = _counters(shaped_drops={"b": 9})
     assert not assess(quiet, congested, 100_000, latency_p99_ms=250.0)["emulator_overloaded"]
+
+
+def test_a_sender_that_fell_behind_by_a_buffer_of_its_packets_is_the_emulator() -> None:
+    """A stalled sender sends its backlog at once: 24 pkt/s into 4-packet buffers may fall 166 ms behind,
+    2,000 pkt/s into 100-packet buffers 50 ms; never less than the delay bound."""
+    assert sender_late_bound_ms(24, 4) == pytest.approx(166.67, abs=0.01)
+    assert sender_late_bound_ms(2000, None) == 50.0 and sender_late_bound_ms(1e6, 4) == 20.0
+    quiet = _counters(shaped_drops={"b": 0})
+    on_time = assess(quiet, quiet, 100, senders_late_ms={"f1": (12.0, 166.7), "f2": (150.0, 166.7)})
+    assert not on_time["emulator_overloaded"] and on_time["senders_late_max_ms"] == 150.0
+    stalled = assess(quiet, quiet, 100, senders_late_ms={"f1": (12.0, 166.7), "f2": (240.0, 166.7)})
+    assert stalled["emulator_overloaded"] and "1 sender(s) fell behind" in stalled["why"]
+    assert "f2: 240 ms, bound 167 ms" in stalled["why"]
+    assert "senders_late_max_ms" not in assess(quiet, quiet, 100)
 
 
 def test_capacity_ratio_lets_fewer_senders_go_faster_but_never_past_the_total() -> None:
