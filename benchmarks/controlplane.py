@@ -292,6 +292,7 @@ def loss_window(failures: int, rate_pps: int, workdir: Path, cut: str = "far") -
             "loss_window_ms_clean_samples": percentiles(clean, mean=True),
             "controller_detected_ms": percentiles([r["detected_ms"] for r in rows], mean=True),
             "controller_installed_ms": percentiles([r["installed_ms"] for r in rows], mean=True),
+            "reordered_packets": percentiles([r["reordered"] for r in rows], mean=True),
         }
     ff, ctl = result["fast_failover"]["loss_window_ms"], result["controller_only"]["loss_window_ms"]
     result["ratio_controller_only_vs_ff"] = {
@@ -345,6 +346,8 @@ def restore_loss(
         "restores": len(rows),
         "lost_packets": percentiles(lost, mean=True),
         "restores_without_loss": sum(1 for x in lost if x == 0),
+        "reordered_packets": percentiles([r["reordered"] for r in rows], mean=True),
+        "restores_with_reordering": sum(1 for r in rows if r["reordered"]),
         "clean_samples": len(clean),
         "restores_without_loss_clean_samples": sum(1 for r in clean if r["lost"] == 0),
         "controller_installed_ms": percentiles([r["installed_ms"] for r in rows], mean=True),
@@ -391,6 +394,8 @@ def _probe_change(
         "window_ms": window,
         "lost": round(window * rate / 1000),
         "background_lost": background,
+        # arrived behind a later packet (the path changed under the flow): late, not lost
+        "reordered": int(report["out_of_order"]),
         "detected_ms": round(1000 * (event["detected_at"] - changed_at), 2),
         "installed_ms": float(event["installed_ms"]),
     }

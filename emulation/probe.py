@@ -18,7 +18,10 @@ RoCE NIC spraying over multipath does.  Both write the UDP header themselves on 
 adds the IP header; checksum 0, which IPv4 allows), so any port is possible without a socket per port.
 `--dscp N` marks every packet's traffic class (IP TOS = N << 2): QoS classifies by it (`emulation.qosqueues`).
 The receiver counts packets that arrive behind a later one (`out_of_order`) and how far behind the
-furthest was (`reorder_max`): spraying reorders, and RoCE pays for it.
+furthest was (`reorder_max`): spraying reorders, and RoCE pays for it.  A late packet is not a lost one:
+the gaps it seemed to open are closed again when it arrives (`net_gaps`) — a path that changes under a
+flow (a restore, an adaptive move) reorders the packets in flight, and counting them as lost made a
+lossless make-before-break look lossy.
 
 The receiver is the truth about loss: OVS's userspace datapath can drop without counting it in port
 statistics.  It reports arrivals per time bucket (throughput over time) and every gap in the sequence with
@@ -30,6 +33,7 @@ thread and cause the loss they are meant to measure).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import random
@@ -148,6 +152,7 @@ def receive(
     bytes_total = 0
     buckets: dict[int, int] = {}
     gaps: list[dict[str, float]] = []
+    late: set[int] = set()  # arrived behind a later packet: each fills a place in a gap
     delays: list[float] = []
     first = None
     while time.monotonic() < deadline[0]:
@@ -168,6 +173,7 @@ def receive(
         if seq < last_seq:
             out_of_order += 1
             reorder_max = max(reorder_max, last_seq - seq)
+            late.add(seq)
             continue
         if seq > last_seq + 1 and last_seq >= 0:
             gaps.append({"after_seq": last_seq, "missing": seq - last_seq - 1, "from": last_time, "to": now})
@@ -182,9 +188,31 @@ def receive(
         "last": last_arrival,
         "bucket_s": bucket_s,
         "buckets": sorted(buckets.items()),
-        "gaps": gaps,
+        "gaps": net_gaps(gaps, late),
         "latency_ms": _percentiles(delays),
     }
+
+
+def net_gaps(gaps: list[dict[str, float]], late: Iterable[int]) -> list[dict[str, float]]:
+    """The gaps less the sequence numbers that arrived late: a gap a late packet falls in is split around
+    it (each part keeps the gap's times), one it fills entirely disappears.  A gap is
+    `{"after_seq", "missing", "from", "to"}`: `missing` numbers after `after_seq` had not arrived when
+    the next one did."""
+    arrived = sorted(set(late))
+    if not arrived:
+        return gaps
+    out: list[dict[str, float]] = []
+    for gap in gaps:
+        first = int(gap["after_seq"]) + 1
+        last = first + int(gap["missing"]) - 1
+        start = first
+        for seq in arrived[bisect.bisect_left(arrived, first) : bisect.bisect_right(arrived, last)]:
+            if seq > start:
+                out.append({**gap, "after_seq": start - 1, "missing": seq - start})
+            start = seq + 1
+        if start <= last:
+            out.append({**gap, "after_seq": start - 1, "missing": last - start + 1})
+    return out
 
 
 def _percentiles(delays: list[float]) -> dict[str, float] | None:
