@@ -40,6 +40,7 @@ from controller.sm.manager import SubnetManager
 from emulation.controlproc import ControllerProcess, free_port
 from emulation.ifflags import set_up
 from emulation.ovs import OvsDaemon, OvsFabric, ovs_available
+from emulation.probe import missing_seqs
 from topologies.generators import fat_tree
 from topologies.loader import dump_yaml
 
@@ -404,11 +405,7 @@ def _probe_change(
 def outage(report: dict[str, Any], sent: dict[str, Any], cut_at: float, rate: float) -> tuple[float, int]:
     """(loss window in ms, probes lost before the cut): missing sequence numbers, placed in time by when
     the sender sent them (seq / rate after its start)."""
-    missing = [
-        seq
-        for gap in report["gaps"]
-        for seq in range(gap["after_seq"] + 1, gap["after_seq"] + 1 + gap["missing"])
-    ]
+    missing = missing_seqs(report["gaps"])
     missing += range(int(report["max_seq"]) + 1, int(sent["sent"]))
     sent_at = [float(sent["start"]) + seq / rate for seq in missing]
     window = sum(1 for t in sent_at if cut_at - 0.005 <= t <= cut_at + 1.0)

@@ -193,6 +193,15 @@ def receive(
     }
 
 
+def missing_seqs(gaps: Iterable[dict[str, float]]) -> list[int]:
+    """The sequence numbers a receiver's gaps say never arrived, in order."""
+    return [
+        seq
+        for gap in gaps
+        for seq in range(int(gap["after_seq"]) + 1, int(gap["after_seq"]) + 1 + int(gap["missing"]))
+    ]
+
+
 def net_gaps(gaps: list[dict[str, float]], late: Iterable[int]) -> list[dict[str, float]]:
     """The gaps less the sequence numbers that arrived late: a gap a late packet falls in is split around
     it (each part keeps the gap's times), one it fills entirely disappears.  A gap is

@@ -17,21 +17,13 @@ import time
 
 import pytest
 
-from emulation.probe import _HEADER, net_gaps
+from emulation.probe import _HEADER, missing_seqs, net_gaps
 
 PROBE = [sys.executable, "-m", "emulation.probe"]
 
 
 def _gap(after: int, missing: int) -> dict[str, float]:
     return {"after_seq": after, "missing": missing, "from": 1.0, "to": 2.0}
-
-
-def _missing(gaps: list[dict[str, float]]) -> list[int]:
-    return [
-        seq
-        for g in gaps
-        for seq in range(int(g["after_seq"]) + 1, int(g["after_seq"]) + 1 + int(g["missing"]))
-    ]
 
 
 @pytest.mark.parametrize(
@@ -49,7 +41,7 @@ def test_late_packets_close_their_place_in_a_gap(
     gaps: list[dict[str, float]], late: list[int], still_missing: list[int]
 ) -> None:
     net = net_gaps(gaps, late)
-    assert _missing(net) == still_missing
+    assert missing_seqs(net) == still_missing
     assert all(g["missing"] > 0 and (g["from"], g["to"]) == (1.0, 2.0) for g in net)
 
 
@@ -74,4 +66,4 @@ def test_the_receiver_reports_reordered_packets_as_late_and_only_the_lost_ones_a
             receiver.wait()
     assert got["received"] == 9
     assert (got["out_of_order"], got["reorder_max"]) == (1, 2)
-    assert _missing(got["gaps"]) == [7], got["gaps"]
+    assert missing_seqs(got["gaps"]) == [7], got["gaps"]
