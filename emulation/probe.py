@@ -25,7 +25,10 @@ lossless make-before-break look lossy.
 
 The receiver is the truth about loss: OVS's userspace datapath can drop without counting it in port
 statistics.  It reports arrivals per time bucket (throughput over time) and every gap in the sequence with
-the wall-clock times around it (loss windows, to line up with faults).  The sender sleeps until the next
+the wall-clock times around it (loss windows, to line up with faults).  An arrival's time is the kernel's
+(`SO_TIMESTAMPNS`: when the packet reached the host's socket), not when the receiver got round to reading
+it: on a loaded machine a descheduled receiver reads a backlog at once, which put a bottleneck's 150
+pkt/s down as 174 and added the receiver's own wait to every one-way delay.  The sender sleeps until the next
 packet is due (at least ~0.5 ms) and sends what is due: exact rate on average, a few packets per burst, and
 no core burnt busy-waiting (on a 2-core machine busy-waiting senders starve ovs-vswitchd's forwarding
 thread and cause the loss they are meant to measure).
@@ -53,6 +56,10 @@ from traffic.fastpath import receive_buffer
 START_MARGIN_S = 0.25
 
 _HEADER = struct.Struct("!Qd")  # sequence number, send time
+#: Linux's SO_TIMESTAMPNS (asm-generic value; Python's socket module does not name it): each datagram
+#: carries the time the kernel received it, as a struct timespec in an SCM_TIMESTAMPNS control message.
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@qq")
 #: Packet k leaves at a seeded random point of its slot [k, k + 1) x interval: exactly the rate on average,
 #: but never in lockstep with another flow of the same rate (periodic senders phase-lock at a drop-tail
 #: queue, and one of them loses everything the queue drops: Floyd & Jacobson's phase effects).
@@ -134,6 +141,7 @@ def receive(
     receive_buffer(sock, 8 << 20)
     sock.bind(("0.0.0.0", port))
     sock.settimeout(0.1)
+    stamped = _kernel_timestamps(sock)
     if ready is not None:
         ready()
     deadline = [time.monotonic() + duration_s]
@@ -157,10 +165,10 @@ def receive(
     first = None
     while time.monotonic() < deadline[0]:
         try:
-            data = sock.recv(65536)
+            data, control, _flags, _addr = sock.recvmsg(65536, socket.CMSG_SPACE(_TIMESPEC.size))
         except TimeoutError:
             continue
-        now = time.time()
+        now = arrival_time(control) if stamped else time.time()
         if len(data) < _HEADER.size:
             continue
         seq, sent = _HEADER.unpack_from(data)
@@ -191,6 +199,23 @@ def receive(
         "gaps": net_gaps(gaps, late),
         "latency_ms": _percentiles(delays),
     }
+
+
+def _kernel_timestamps(sock: socket.socket) -> bool:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:  # not Linux: the receiver's own clock, as before
+        return False
+    return True
+
+
+def arrival_time(control: list[tuple[int, int, bytes]]) -> float:
+    """The kernel's receive time from a datagram's control messages (the receiver's clock if absent)."""
+    for level, kind, blob in control:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(blob) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(blob)
+            return float(sec + nsec * 1e-9)
+    return time.time()
 
 
 def missing_seqs(gaps: Iterable[dict[str, float]]) -> list[int]:

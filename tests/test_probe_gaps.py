@@ -10,6 +10,7 @@ sixth of its runs, while the last switch's port counters showed every packet sen
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -67,3 +68,38 @@ def test_the_receiver_reports_reordered_packets_as_late_and_only_the_lost_ones_a
     assert got["received"] == 9
     assert (got["out_of_order"], got["reorder_max"]) == (1, 2)
     assert missing_seqs(got["gaps"]) == [7], got["gaps"]
+
+
+def test_arrival_times_are_the_kernels_not_when_a_busy_receiver_reads_them() -> None:
+    """A receiver stopped (as a loaded machine deschedules it) while 50 packets arrive at 1,000 pkt/s, then
+    resumed 0.4 s later: each packet's one-way delay and time bucket are when it reached the socket.  With
+    the receiver's own clock every delay came out >= 0.35 s and the 50 packets landed in one bucket read
+    at once — a receive rate the link never carried."""
+    port = 47314
+    receiver = subprocess.Popen(
+        [*PROBE, "recv", str(port), "30", "0.01", "--wait-end"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert receiver.stdout is not None and receiver.stdin is not None
+        assert receiver.stdout.readline().strip() == "ready"
+        receiver.send_signal(signal.SIGSTOP)
+        sent_at = []
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            for seq in range(50):
+                sent_at.append(time.time())
+                sock.sendto(_HEADER.pack(seq, sent_at[-1]), ("127.0.0.1", port))
+                time.sleep(0.001)
+        time.sleep(0.4)
+        receiver.send_signal(signal.SIGCONT)
+        got = json.loads(receiver.communicate(f"{time.time() + 0.3}\n", timeout=30)[0])
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait()
+    assert got["received"] == 50
+    # loopback delivers within microseconds; allow a slow machine 50 ms, far below the 400 ms stop
+    assert got["latency_ms"]["max"] < 50.0, got["latency_ms"]
+    assert got["first"] - sent_at[0] < 0.05 and got["last"] - sent_at[-1] < 0.05, (got["first"], got["last"])
+    # the 50 packets span ~60 ms of 10 ms buckets: spread over several, as they arrived
+    assert len(got["buckets"]) >= 4, got["buckets"]
