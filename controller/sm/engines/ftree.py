@@ -40,6 +40,7 @@ import numpy.typing as npt
 from controller.sm.engines.base import RoutingEngine
 from controller.sm.engines.candidate_reuse import first_pass
 from controller.sm.engines.common import port_order
+from controller.sm.engines.ftree_balance import individually_short, rebalance, wide_damage
 from controller.sm.hostorder import HostOrder, host_order, switch_positions, uplink_slots
 from controller.sm.orientation import Orientation, orient
 from controller.sm.paths import UpDownCandidates, blocks
@@ -196,7 +197,12 @@ class FatTreeEngine(RoutingEngine):
         # Uplinks of each switch in preference order: the "j-th uplink" of the digit rule.
         n_up = o.ud.up.sum(axis=1).astype(np.int64)
         designed = designed_uplinks(n_up, o.rank)
-        by_slot = _uplinks_by_slot(subnet, o, pos, order, designed)
+        by_slot, group_uplinks = _uplinks_by_slot(subnet, o, pos, order, designed)
+        short_alone = individually_short(n_up, group_uplinks, designed)
+        wide = wide_damage(short_alone, int((n_up > 0).sum()))
+        if wide and only is not None:
+            # the rebalancing weighs every destination's flows: a part of the routing is the whole's part
+            return self._route(subnet, None)
         leaf_target = subnet.has_hosts[None, targets]
         candidates = UpDownCandidates(subnet, o.ud, o.hops)
         # Pass 1: every switch's candidate ports (kept whole as the alternatives) and how many it has toward
@@ -206,6 +212,8 @@ class FatTreeEngine(RoutingEngine):
         weak_all = _weak_targets(strength[:n], o.rank)
         weak = np.flatnonzero(np.isin(targets, weak_all))  # positions among `targets`
         repaired_entries = moved_entries = 0
+        moved_rows: list[npt.NDArray[np.intp]] = []
+        moved_lids: list[npt.NDArray[np.intp]] = []
         for rows in blocks(n, width) if targets.size else []:  # no destinations asked for: alternatives only
             mask = np.unpackbits(alt[rows][:, targets], axis=2, count=width).astype(bool)
             if weak.size:
@@ -227,7 +235,7 @@ class FatTreeEngine(RoutingEngine):
             if degraded.any():
                 entries = degraded[:, target]
                 repaired_entries += int(entries.sum())
-                chosen, moved = self._degraded(
+                chosen, moved_at = self._degraded(
                     chosen,
                     entries,
                     mask,
@@ -242,16 +250,25 @@ class FatTreeEngine(RoutingEngine):
                     count,
                     most,
                 )
-                moved_entries += moved
+                moved_entries += moved_at[0].size
+                moved_rows.append(rows[moved_at[0]])
+                moved_lids.append(lids[moved_at[1]])
             lft[rows[0] : rows[-1] + 1, lids] = chosen
         set_local_routes(lft, subnet)
+        rebalanced = 0
+        if wide and moved_rows:
+            lft, rebalanced = rebalance(
+                subnet, lft, alt, np.concatenate(moved_rows), np.concatenate(moved_lids), o.rank, order
+            )
         info = o.describe(subnet)
         short = int((n_up < designed).sum())
         if short or repaired_entries:
             info["repair"] = {
                 "switches_short_of_uplinks": short,
+                "switches_that_lost_an_uplink_of_their_own": short_alone,
                 "entries_past_a_lost_uplink": repaired_entries,
                 "entries_moved": moved_entries,
+                "entries_rebalanced_by_load": rebalanced if wide else "no (damage not wide)",
             }
         return RoutingTables(self.name, subnet, lft, alt, info)
 
@@ -270,7 +287,7 @@ class FatTreeEngine(RoutingEngine):
         u: npt.NDArray[np.int32],
         count: npt.NDArray[np.int32],
         most: int,
-    ) -> tuple[npt.NDArray[np.uint8], int]:
+    ) -> tuple[npt.NDArray[np.uint8], tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]]:
         """Entries climbing from a switch where fewer uplinks lead to the destination than its tier was
         built with (`up_count`; `by_slot[s, j]`: the port of its j-th uplink as the intact tree numbers
         them, -1 where that uplink is gone).
@@ -297,13 +314,14 @@ class FatTreeEngine(RoutingEngine):
         fallback = ports[uu * most + second % np.maximum(count[uu], 1)]
         repaired = chosen.copy()
         repaired[r, d] = np.where(usable, preferred, fallback)
-        return repaired, int((~usable).sum())
+        return repaired, (r[~usable], d[~usable])
 
 
 def _uplinks_by_slot(
     subnet: Subnet, o: Orientation, pos: I64, order: npt.NDArray[np.intp], designed: I64
-) -> npt.NDArray[np.intp]:
-    """by_slot[s, j]: the port of switch s's j-th uplink (-1: gone).  Slots come from the switch's group
+) -> tuple[npt.NDArray[np.intp], I64]:
+    """(by_slot, per switch the uplink count of its group).  by_slot[s, j]: the port of switch s's j-th
+    uplink (-1: gone).  Slots come from the switch's group
     (`hostorder.uplink_slots`: a lost uplink leaves the others' numbers alone) where the group has as many
     uplinks as the tier was built with; elsewhere (a tier built uneven) the uplinks left, in order."""
     width = subnet.n_ports
@@ -317,19 +335,21 @@ def _uplinks_by_slot(
         rows, ports = np.nonzero(slots[grouped] >= 0)
         by_slot[grouped] = -1
         by_slot[grouped[rows], slots[grouped[rows], ports]] = ports
-    return by_slot
+    return by_slot, group_uplinks
 
 
 def designed_uplinks(n_up: I64, rank: npt.NDArray[np.integer]) -> I64:
     """Per switch: the uplink count its tier was built with — the most common count in the tier when at
-    least 3/4 of the tier has it (a fat-tree's tiers are uniform; the few below it lost uplinks), else the
-    switch's own (a tier built uneven is taken as it is)."""
+    least half the tier has it (a fat-tree's tiers are uniform; those below it lost uplinks), else the
+    switch's own (a tier built uneven is taken as it is).  With 5 % of k=16's cables cut only ~60 % of
+    the aggregation switches keep all 8 uplinks; a 3/4 threshold then took each switch's own count, and
+    the digit modulo 7 folded two destination leaves onto one core (core-to-pod links at 2x the mean)."""
     designed = n_up.copy()
     for tier in np.unique(rank).tolist():
         members = rank == tier
         counts = np.bincount(n_up[members])
         common = int(counts.argmax())
-        if counts[common] * 4 >= 3 * int(members.sum()):
+        if counts[common] * 2 >= int(members.sum()):
             designed[members & (n_up < common)] = common
     return designed
 
