@@ -17,6 +17,7 @@ from controller.sm.engines import default_registry
 from controller.sm.engines.ftree import designed_uplinks
 from controller.sm.incremental import reroute
 from controller.sm.quality import quality
+from controller.sm.report import build_report, render_report
 from controller.sm.subnet import Subnet
 from controller.sm.tables import RoutingTables
 from controller.sm.verify import verify
@@ -102,9 +103,12 @@ def test_a_few_cut_cables_keep_the_formulas_repair() -> None:
             cut_switches.append(agg)
             chosen.append(i)
     for cuts, wide in ((1, False), (3, False), (4, True)):
-        repair = _route(base.without(links=chosen[:cuts])).info["repair"]
+        tables = _route(base.without(links=chosen[:cuts]))
+        repair = tables.info["repair"]
         assert isinstance(repair, dict) and repair["switches_that_lost_an_uplink_of_their_own"] == cuts
         assert isinstance(repair["entries_rebalanced_by_load"], int) is wide, (cuts, repair)
+        text = render_report(build_report(tables, verify(tables), None, 0.0))
+        assert ("chosen again by measured load" in text) is wide, text
 
 
 def test_a_cut_on_a_widely_damaged_fabric_reroutes_as_a_full_recomputation(opensm_k16: Fabric) -> None:

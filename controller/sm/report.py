@@ -114,6 +114,13 @@ def render_report(report: dict[str, Any]) -> str:
             f"{r['entries_moved']} of them moved and spread over the uplinks left (the digit is still taken "
             "over the tier's count)"
         )
+        rebalanced = r.get("entries_rebalanced_by_load")
+        if isinstance(rebalanced, int):
+            own = r.get("switches_that_lost_an_uplink_of_their_own")
+            lines.append(
+                f"              {own} switch(es) lost an uplink of their own (wide damage): "
+                f"the moved entries were chosen again by measured load, {rebalanced} changed"
+            )
     if "fallback" in report:
         lines.append(f"fallback      {report['fallback']['reason']}")
     if "degraded" in report:

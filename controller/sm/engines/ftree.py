@@ -25,7 +25,9 @@ What makes it work on real fabrics, not just generated ones:
   among the uplinks that can.  Every destination stays
   reachable, balance is best effort, and only the destinations that used a failed part move — a failure
   changes few entries, which keeps incremental updates small.  A pure formula over port numbers would send
-  traffic into dead ports.
+  traffic into dead ports.  When many switches lost uplinks (5 % of the cables), switches repairing alone
+  pile onto the same survivors; the repaired entries are then chosen again by measured load
+  (`ftree_balance`).
 * Parallel links are candidates like any others, and descending routes pick the parallel link with the
   same digit as the ascending one, so flows stay spread over them.
 
