@@ -124,7 +124,7 @@ def shift_report(
     subnet = tables.subnet
     n = int(subnet.ep_lids.size)
     if order is None:
-        order = host_order(subnet).order
+        order = (tables.ca_order or host_order(subnet)).order
     elif sorted(order.tolist()) != list(range(n)):
         raise ValueError("order must list every host endpoint exactly once")
     if n < 2:

@@ -106,6 +106,10 @@ def render_report(report: dict[str, Any]) -> str:
         lines.append(f"roots         {', '.join(map(str, info['roots']))} ({info.get('levels')} levels)")
     if info.get("fallback"):
         lines.append(f"fallback      {info['fallback']}")
+    if info.get("labels") == "canonical":
+        lines.append(
+            "labels        canonical: ties broken by GUIDs and port numbers derived from the cabling"
+        )
     if info.get("repair"):
         r = info["repair"]
         lines.append(

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from controller.sm.hostorder import HostOrder
 from controller.sm.subnet import NO_PORT, U8, Subnet
 
 
@@ -47,6 +48,10 @@ class RoutingTables:
     #: Virtual lane (layer) per route when the engine assigned them (dfsssp): layers[s, lid] is the lane of
     #: traffic entering the fabric at switch s towards `lid`.  None: everything on VL 0.
     layers: U8 | None = None
+    #: The CA order the engine numbered destinations in, where it is not the subnet's own
+    #: (`hostorder.host_order`): routing under canonical labels (`engines.labels`).  Shift permutations are
+    #: judged, and `opensm-ftree-ca-order.dump` written, in it.  None: the subnet's.
+    ca_order: HostOrder | None = None
 
     def _switch(self, switch: str | int) -> int:
         if isinstance(switch, int):

@@ -11,6 +11,7 @@ from typing import Any
 
 from controller.sm.engines import default_registry, select_engine
 from controller.sm.engines.base import RoutingEngine
+from controller.sm.engines.labels import LABELS, labelled
 from controller.sm.engines.sssp import MAX_VLS
 from controller.sm.hostorder import format_ca_order
 from controller.sm.lanedump import check_lanes, format_path_sl, format_sl2vl
@@ -67,6 +68,14 @@ def register(commands: Any) -> None:
         type=int,
         default=None,
         help="evaluate at most this many shifts, evenly spread (default: all)",
+    )
+    route.add_argument(
+        "--labels",
+        choices=LABELS,
+        default="as-given",
+        help="break the engine's ties by the fabric's own GUIDs and port numbers, as OpenSM does (as-given, "
+        "the default) or by labels derived from the cabling alone, so that any relabelling of the same "
+        "cabling gets the same figures (canonical; docs/routing.md)",
     )
     failures.add_options(route)
     route.add_argument(
@@ -150,7 +159,7 @@ def cmd_route(args: argparse.Namespace) -> int:
     if fallback is not None:
         print(f"fabriclab: {fallback}", file=sys.stderr)
         extra["fallback"] = {"requested": args.engine, "used": engine.name, "reason": fallback}
-    tables, verification, route_s = _route(engine, subnet, args.vls)
+    tables, verification, route_s = _route(labelled(engine, args.labels), subnet, args.vls)
     if not verification.ok and args.fallback is not None and engine.name != args.fallback:
         # the engine ran but its tables do not verify (dfsssp still cyclic with every lane it was given):
         # the fallback routes instead, as OpenSM falls back when its engine fails
@@ -159,12 +168,13 @@ def cmd_route(args: argparse.Namespace) -> int:
         note = f"{args.engine}'s tables failed verification ({reason}); falling back to {engine.name}"
         print(f"fabriclab: {note}", file=sys.stderr)
         extra["fallback"] = {"requested": args.engine, "used": engine.name, "reason": note}
-        tables, verification, route_s = _route(engine, subnet, args.vls)
+        tables, verification, route_s = _route(labelled(engine, args.labels), subnet, args.vls)
     figures = quality(tables, max_shifts=args.max_shifts) if args.report else None
     if args.report and "degraded" in extra:
         intact_subnet = Subnet.build(intact)
         intact_engine, _ = select_engine(registry, engine.name, intact_subnet, args.fallback)
-        extra["degraded"]["intact"] = _balance(intact_engine.route(intact_subnet), args.max_shifts)
+        intact_tables = labelled(intact_engine, args.labels).route(intact_subnet)
+        extra["degraded"]["intact"] = _balance(intact_tables, args.max_shifts)
         extra["degraded"]["degraded"] = _balance(tables, args.max_shifts)
     report = build_report(tables, verification, figures, route_s, extra)
 
@@ -175,7 +185,7 @@ def cmd_route(args: argparse.Namespace) -> int:
         dumps = {
             "opensm-lfts.dump": format_lfts(tables),
             "opensm-subnet.lst": format_subnet_lst(subnet, args.sm_node),
-            "opensm-ftree-ca-order.dump": format_ca_order(subnet),
+            "opensm-ftree-ca-order.dump": format_ca_order(subnet, tables.ca_order),
             "report.json": json.dumps(report, indent=2) + "\n",
         }
         if tables.layers is not None:  # an engine that assigns lanes (dfsssp): its SLs and SL-to-VL maps
