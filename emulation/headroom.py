@@ -192,6 +192,7 @@ def assess(
     tx_buffer_peak: float | None = None,
     delay_bound_ms: float = DELAY_BOUND_MS,
     senders_late_ms: Mapping[str, tuple[float, float]] | None = None,
+    partition_drops: int = 0,
 ) -> dict[str, Any]:
     """The headroom verdict of one run (see the module docstring).  `faulted_interfaces` are interfaces
     (switch ports as named in the root namespace, host ports as `host/intf`) of links cut by faults;
@@ -206,7 +207,8 @@ def assess(
     slow scaled links serialise a packet in milliseconds per hop), beyond which it is the emulator's.
     `senders_late_ms`: per flow, (how far its sender fell behind its schedule, `sender_late_bound_ms`): a
     stalled sender sends its backlog at once, and a burst that fills a modelled buffer by itself drops
-    packets the scenario never offered that way."""
+    packets the scenario never offered that way.  `partition_drops`: packets the partition layer's deny and
+    guard flows dropped (`emulation.isolation`) — the experiment's own, like a cut cable's."""
     faulted = set(faulted_interfaces)
 
     def split(b: Mapping[str, int], a: Mapping[str, int]) -> tuple[int, int]:
@@ -226,7 +228,8 @@ def assess(
     }
     if received_packets is not None:
         lost = max(0, offered_packets - received_packets)
-        explained = shaped + sockets_faulted + interfaces_faulted + shaped_faulted + fault_window_losses
+        faults = sockets_faulted + interfaces_faulted + shaped_faulted + fault_window_losses
+        explained = shaped + faults + partition_drops
         by_cause["unaccounted"] = max(0, lost - explained - sum(by_cause.values()))
     emulator = sum(by_cause.values())
     share = emulator / offered_packets if offered_packets else 0.0
@@ -258,6 +261,7 @@ def assess(
         "emulator_drops_by_cause": by_cause,
         "modelled_congestion_drops": shaped,
         "fault_drops": sockets_faulted + interfaces_faulted + shaped_faulted,
+        "partition_drops": partition_drops,
         "probe_latency_p99_ms": latency_p99_ms,
     }
     if senders_late_ms:

@@ -27,7 +27,7 @@ Drops = dict[tuple[str, int, str], int]
 def read_drops(net: MininetFabric) -> Drops:
     drops: Drops = {}
     for switch in net.fabric.switches:
-        out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", net.names[switch.name]],
+        out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", net.ofctl_target(switch.name)],
                              capture_output=True, text=True, check=False).stdout  # fmt: skip
         for line in out.splitlines():
             fields = dict(_FIELD.findall(line))

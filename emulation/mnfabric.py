@@ -471,6 +471,14 @@ class MininetFabric:
         """The ovs-vswitchd holding the switches: the system's."""
         return [SwitchDaemon()]
 
+    def switch_port_netns(self, intf: str) -> str | None:
+        """The network namespace a switch port's interface is in (None: this process's)."""
+        return None
+
+    def ofctl_target(self, switch: str) -> str:
+        """What `ovs-ofctl` is given to reach a switch (topology name): its bridge, on the system OVS."""
+        return self.names[switch]
+
     def _apply_qos(self, scale: Scale) -> None:
         """The QoS policy's queues on every switch port's egress (`emulation.qosqueues` has the design)."""
         from emulation import qosqueues as emu_qos  # noqa: PLC0415
@@ -483,7 +491,9 @@ class MininetFabric:
                     ports.append(emu_qos.PortShape(intf, scale.mbps(link.bw_gbps), scale.mbps(1.0)))
         burst = f"{self.burst_bytes}b" if self.burst_bytes is not None else "64k"
         try:
-            self.qos_devices = emu_qos.apply(ports, self.qos, self.buffer_packets or 1000, burst)
+            self.qos_devices = emu_qos.apply(
+                ports, self.qos, self.buffer_packets or 1000, burst, self.switch_port_netns
+            )
         except (RuntimeError, ValueError) as exc:
             raise EmulationError(f"QoS: {exc}") from None
 
@@ -499,7 +509,7 @@ class MininetFabric:
             for r in self.fabric.port_map
             if self.fabric.nodes[r.node].is_switch
         }
-        counters = emu_qos.queue_counters(sorted(by_intf), queue_plan(self.qos))
+        counters = emu_qos.queue_counters(sorted(by_intf), queue_plan(self.qos), self.switch_port_netns)
         return {by_intf[intf]: queues for intf, queues in counters.items()}
 
     def stop(self) -> None:
@@ -513,7 +523,7 @@ class MininetFabric:
         if self.qos_devices:
             from emulation import qosqueues as emu_qos  # noqa: PLC0415
 
-            emu_qos.remove(self.qos_devices)
+            emu_qos.remove(self.qos_devices, self.switch_port_netns)
             self.qos_devices = []
         if not self.shells:  # nothing of Mininet's: remove by name at once
             remove(names, self.group)

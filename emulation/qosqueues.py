@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from controller.sm.qos import QosPolicy, QueuePlan, dscp_to_sl, queue_plan
@@ -157,32 +157,49 @@ def tc_lines(
     return ip, tc
 
 
-def apply(ports: Iterable[PortShape], policy: QosPolicy, buffer_packets: int, burst: str) -> list[str]:
-    """Configure the ports (root namespace, two batch commands); returns the IFB devices created."""
-    ip: list[str] = []
-    tc: list[str] = []
+def apply(
+    ports: Iterable[PortShape],
+    policy: QosPolicy,
+    buffer_packets: int,
+    burst: str,
+    netns_of: Callable[[str], str | None] = lambda intf: None,
+) -> list[str]:
+    """Configure the ports, each in its namespace (`netns_of`: a sharded fabric's ports are in the shards'
+    namespaces; None: this one), two batch commands per namespace; returns the IFB devices created (each
+    beside its port)."""
+    ip: dict[str | None, list[str]] = {}
+    tc: dict[str | None, list[str]] = {}
     ifbs = []
     for port in ports:
         port_ip, port_tc = tc_lines(policy, port, buffer_packets, burst)
-        ip += port_ip
-        tc += port_tc
+        ns = netns_of(port.intf)
+        ip.setdefault(ns, []).extend(port_ip)
+        tc.setdefault(ns, []).extend(port_tc)
         ifbs.append(ifb_name(port.intf))
-    for argv, lines in ((["ip", "-batch", "-"], ip), (["tc", "-batch", "-"], tc)):
-        done = subprocess.run(
-            argv, input="\n".join(lines) + "\n", capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            remove(ifbs)
-            raise RuntimeError(f"{argv[0]} -batch failed: {done.stderr.strip()[-400:]}")
+    for ns, ip_lines in ip.items():
+        where = ["-n", ns] if ns else []
+        batches = ((["ip", *where, "-batch", "-"], ip_lines), (["tc", *where, "-batch", "-"], tc[ns]))
+        for argv, lines in batches:
+            done = subprocess.run(
+                argv, input="\n".join(lines) + "\n", capture_output=True, text=True, check=False
+            )
+            if done.returncode != 0:
+                remove(ifbs, netns_of)
+                raise RuntimeError(f"{argv[0]} -batch failed: {done.stderr.strip()[-400:]}")
     return ifbs
 
 
-def remove(ifbs: Iterable[str]) -> None:
-    lines = "".join(f"link del {name}\n" for name in ifbs)
-    if lines:
+def remove(ifbs: Iterable[str], netns_of: Callable[[str], str | None] = lambda intf: None) -> None:
+    """Delete the IFBs (`netns_of` takes the port's interface name: an IFB is `{intf}q`)."""
+    by_ns: dict[str | None, str] = {}
+    for name in ifbs:
+        ns = netns_of(name[:-1])
+        by_ns[ns] = by_ns.get(ns, "") + f"link del {name}\n"
+    for ns, lines in by_ns.items():
         subprocess.run(
-            ["ip", "-force", "-batch", "-"], input=lines, capture_output=True, text=True, check=False
-        )
+            ["ip", *(["-n", ns] if ns else []), "-force", "-batch", "-"],
+            input=lines, capture_output=True, text=True, check=False,
+        )  # fmt: skip
 
 
 _CLASS = re.compile(r"^class htb \d+:([0-9a-f]+) ", re.M)
@@ -208,18 +225,22 @@ def parse_class_stats(text: str) -> dict[int, dict[str, int]]:
     return stats
 
 
-def queue_counters(intfs: Iterable[str], plan: QueuePlan) -> dict[str, dict[str, dict[str, int]]]:
+def queue_counters(
+    intfs: Iterable[str], plan: QueuePlan, netns_of: Callable[[str], str | None] = lambda intf: None
+) -> dict[str, dict[str, dict[str, int]]]:
     """interface -> queue (and rate-limited SL leaf, `q3/sl3`) -> sent bytes/packets, drops, overlimits,
-    backlog: `tc -s class show` of each port's IFB."""
+    backlog: `tc -s class show` of each port's IFB (in the port's namespace)."""
     names = {0x10 + q.queue: f"q{q.queue}" for q in plan.queues}
     for q in plan.queues:
         names |= {0x100 + sl: f"q{q.queue}/sl{sl}" for sl, _ in q.rate_limits_gbps}
         names |= {0x50 + q.queue: f"q{q.queue}/rest"}
     result: dict[str, dict[str, dict[str, int]]] = {}
     for intf in intfs:
+        ns = netns_of(intf)
         out = subprocess.run(
-            ["tc", "-s", "class", "show", "dev", ifb_name(intf)], capture_output=True, text=True, check=False
-        ).stdout
+            ["tc", *(["-n", ns] if ns else []), "-s", "class", "show", "dev", ifb_name(intf)],
+            capture_output=True, text=True, check=False,
+        ).stdout  # fmt: skip
         port: dict[str, dict[str, int]] = {}
         for minor, stats in parse_class_stats(out).items():
             if minor in names:

@@ -37,7 +37,6 @@ from emulation.mnfabric import MininetFabric
 from emulation.qosreport import class_summary
 from emulation.report import write_outputs
 from emulation.sharded import ShardedFabric
-from emulation.shards import shard_refusal
 from labspec.scenario import FlowPlan, Scenario, ScenarioError, emulator_refuses
 from topologies.tiers import Tiers
 
@@ -93,11 +92,7 @@ def run_scenario(
     own).  `capacity` is the fabric's calibration (`emulation.calibrate`), if there is one: the load asked
     for is compared with it.  `shards`/`crossing`: the fabric on several ovs-vswitchd
     (`emulation.sharded`)."""
-    refused = (
-        shard_refusal(shards, scenario.partitions_file is not None, scenario.qos is not None)
-        or emulator_refuses(scenario)
-        or ccrun.refuses(scenario, shards)
-    )
+    refused = emulator_refuses(scenario) or ccrun.refuses(scenario, shards)
     if refused:  # before anything is built or written
         raise ScenarioError(refused, file=str(scenario.file))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -231,7 +226,8 @@ def _run_once(
                       fault_window_losses=_fault_window_losses(flow_results, measured["faults"]),
                       tx_buffer_peak=tx_buffer_peak,
                       delay_bound_ms=_delay_bound_ms(scenario, flows),
-                      senders_late_ms=_senders_late(scenario, flow_results))  # fmt: skip
+                      senders_late_ms=_senders_late(scenario, flow_results),
+                      partition_drops=_partition_drops(isolated))  # fmt: skip
     return {
         "repetition": rep + 1,
         "timings_s": timings,
@@ -413,6 +409,11 @@ def _flow_results(
             }
         )
     return result
+
+
+def _partition_drops(isolated: dict[str, Any] | None) -> int:
+    """Packets the partition layer dropped (deny and guard flows): the experiment's, not the emulator's."""
+    return sum(int(n) for n in isolated["dropped_packets"].values()) if isolated else 0
 
 
 def _faulted_interfaces(scenario: Scenario, net: MininetFabric) -> list[str]:

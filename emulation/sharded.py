@@ -39,7 +39,6 @@ from emulation.shards import (
     free_control_octet,
     ip_batch,
     plan,
-    shard_refusal,
     underlay_lines,
     uses_patch,
     vxlan_line,
@@ -60,13 +59,10 @@ class ShardedFabric(MininetFabric):
         """`shards` ovs-vswitchd instances; `crossing`: what a cable between two shards is — `veth`
         (one machine) or `vxlan` (a tunnel over an underlay, as between machines); `cables`: what a cable
         between two switches of one shard is — `patch` (OVS patch ports), `veth`, or `auto` (patch unless
-        links are shaped).  Needs a name prefix (every name is the run's); QoS queues and Mininet's shells
-        are not supported on shards."""
+        links are shaped).  Needs a name prefix (every name is the run's); Mininet's shells are not
+        supported on shards.  QoS queues sit on the switch ports in their shards' namespaces."""
         if kwargs.get("shells"):
             raise EmulationError("a sharded fabric is built without Mininet's shells (no --cli)")
-        refused = shard_refusal(shards, qos=kwargs.get("qos") is not None)
-        if refused:
-            raise EmulationError(refused)
         if not kwargs.get("name_prefix"):
             raise EmulationError("a sharded fabric needs a name prefix")
         if crossing not in CROSSINGS:
@@ -94,6 +90,10 @@ class ShardedFabric(MininetFabric):
         self.hub_name, self.underlay_name = f"{prefix}xc", f"{prefix}xu"
         self.daemons = [ShardDaemons(ns) for ns in self.shard_names]
         self.hub: ControlHub | None = None
+        #: switch port interface -> its switch (topology name)
+        self._port_owner = {
+            self.intf_name(r.node, r.port): r.node for r in fabric.port_map if fabric.nodes[r.node].is_switch
+        }
 
     # --- names -------------------------------------------------------------------------------------------
 
@@ -114,6 +114,15 @@ class ShardedFabric(MininetFabric):
     def switch_daemons(self) -> list[SwitchDaemon]:
         return [SwitchDaemon(d.netns, d.dir / "ovs-vswitchd.pid", str(d.dir / "ovs-vswitchd.ctl"))
                 for d in self.daemons]  # fmt: skip
+
+    def switch_port_netns(self, intf: str) -> str | None:
+        """A switch port lives in its switch's shard namespace."""
+        return self.shard_ns(self._port_owner[intf])
+
+    def ofctl_target(self, switch: str) -> str:
+        """The bridge's management socket in its shard's run directory (each shard has its own daemon)."""
+        daemon = self.daemons[self.plan.shard_of[switch]]
+        return f"unix:{daemon.dir / (self.names[switch] + '.mgmt')}"
 
     def describe(self) -> str:
         """One line for the user: shards, switches and cables in each, crossing cables."""
@@ -276,6 +285,7 @@ class ShardedFabric(MininetFabric):
         if self.net is None:
             return
         self.net = None
+        self.qos_devices = []  # IFBs are in the shards' namespaces, deleted with them below
         for daemon in self.daemons:
             daemon.kill()
         for daemon in self.daemons:

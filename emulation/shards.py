@@ -117,15 +117,6 @@ def plan(fabric: Fabric, count: int) -> ShardPlan:
     return ShardPlan(count, shard_of)
 
 
-def shard_refusal(shards: int, partitions: bool = False, qos: bool = False) -> str | None:
-    """What a fabric on `shards` shards does not run yet, in one place for the CLI, the scenario runner and
-    `ShardedFabric` (None: it runs).  Partitions and QoS queues sit on ports whose namespaces are the
-    shards'; nothing places them there yet."""
-    if shards > 1 and (partitions or qos):
-        return "partitions and QoS queues are not supported on a sharded fabric yet"
-    return None
-
-
 def uses_patch(cables: str, shaped: bool) -> bool:
     """Whether cables between two switches of one shard are OVS patch ports (`emulation.sharded`):
     `patch`, or `auto` on unshaped links; a ValueError names what is wrong (an unknown kind, or patch ports

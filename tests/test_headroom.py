@@ -75,6 +75,22 @@ def test_the_verdict_separates_the_emulator_from_the_modelled_fabric_and_the_fau
     assert verdict["emulator_overloaded"] is True and "dropped 525 of 1000" in verdict["why"]
 
 
+def test_packets_a_partition_denied_are_the_experiments_not_the_emulators() -> None:
+    """A tenant writing to a host outside its partitions loses every packet to the deny flows: conserved
+    packets must count those as the partitions' drops.  Before, a scenario with such a sender said
+    "EMULATOR OVERLOADED: the emulator dropped 64 of 3520 packets", all of them "unaccounted"."""
+    quiet = _counters()
+    lost_to_partitions = assess(quiet, quiet, offered_packets=3520, received_packets=3456)
+    assert lost_to_partitions["emulator_drops_by_cause"]["unaccounted"] == 64
+    assert lost_to_partitions["emulator_overloaded"] is True
+    verdict = assess(quiet, quiet, offered_packets=3520, received_packets=3456, partition_drops=64)
+    assert verdict["emulator_drops_by_cause"]["unaccounted"] == 0 and verdict["partition_drops"] == 64
+    assert verdict["emulator_overloaded"] is False
+    # the deny flows explain only what they counted
+    verdict = assess(quiet, quiet, offered_packets=3520, received_packets=3400, partition_drops=64)
+    assert verdict["emulator_drops_by_cause"]["unaccounted"] == 56
+
+
 def test_clean_means_at_most_the_calibrations_loss() -> None:
     before = _counters(socket_drops={"a": 0})
     limit = int(CLEAN_LOSS * 20_000)

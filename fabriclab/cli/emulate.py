@@ -32,7 +32,7 @@ from emulation.lifecycle import Stopped, stop_on_signals
 from emulation.mnfabric import EmulationError, MininetFabric, Scale, mininet_available
 from emulation.ovs import OvsDaemon
 from emulation.session import UpOptions, run_up
-from emulation.shards import CABLES, CROSSINGS, shard_refusal, uses_patch
+from emulation.shards import CABLES, CROSSINGS, uses_patch
 from emulation.shards import plan as shard_plan
 from fabriclab.cli.common import (
     CC_CHOICES,
@@ -341,9 +341,6 @@ def emulate_up(args: argparse.Namespace) -> int:
             raise CliError(
                 "--shards: only with the controller this starts (it listens on the shards' network)"
             )
-        refused = shard_refusal(args.shards, qos=args.qos is not None)
-        if refused:
-            raise CliError(f"--shards: {refused} (drop --qos)")
         try:
             shard_plan(fabric, args.shards)
         except ValueError as exc:

@@ -16,7 +16,7 @@ from controller.sm.policies import PolicyError, default_policies
 from emulation import calibrate as calibration
 from emulation import ccrun
 from emulation.runner import capacity_warnings, run_scenario
-from emulation.shards import CROSSINGS, shard_refusal
+from emulation.shards import CROSSINGS
 from emulation.shards import plan as shard_plan
 from fabriclab.cli import results
 from fabriclab.cli.common import (
@@ -101,9 +101,6 @@ def scenario_run(args: argparse.Namespace) -> int:
         raise ScenarioError(refused, file=str(scenario.file))
     scenario = _with_cc(scenario, args.cc, args.shards)
     if args.shards > 1:
-        refused = shard_refusal(args.shards, scenario.partitions_file is not None, scenario.qos is not None)
-        if refused:
-            raise CliError(f"--shards: {refused}")
         try:
             shard_plan(scenario.fabric, args.shards)
         except ValueError as exc:
