@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import signal
 import socket
 import struct
 import subprocess
@@ -140,25 +141,65 @@ def anchor(runs: int, seconds: float) -> dict[str, Any]:
     return result
 
 
-def fabric(topology: Path, calibrations: int) -> dict[str, Any]:
+#: Fabric builds a calibration can measure: (shards, cables inside a shard, switch ports) as `emulate up
+#: --shards N --shard-cables C --ports P` builds them.
+BUILDS: dict[str, tuple[int, str, str]] = {
+    "packet-sockets": (1, "auto", "system"),  # the default build: one OVS, veth cables, packet sockets
+    "afxdp": (1, "auto", "afxdp"),  # the same with AF_XDP ports
+    "afxdp-patch": (1, "patch", "afxdp"),  # one shard, patch cables, AF_XDP ports on the host cables
+}
+
+
+def fabric(
+    topology: Path, calibrations: int, build: str = "packet-sockets", shards: int = 0
+) -> dict[str, Any]:
+    """`calibrations` calibrations of `topology` as `build` builds it (`shards` > 0 overrides its count)."""
     from emulation import calibrate  # noqa: PLC0415 - the emulator only when a fabric is measured
     from topologies.loader import load_topology  # noqa: PLC0415
 
+    count, cables, ports = BUILDS[build]
+    count = shards or count
     loaded = load_topology(topology)
     runs = []
     for _ in range(calibrations):
         with tempfile.TemporaryDirectory(prefix="fabriclab-capacity-") as work:
-            runs.append(calibrate.calibrate(topology.resolve(), loaded, Path(work)))
+            runs.append(
+                calibrate.calibrate(
+                    topology.resolve(),
+                    loaded,
+                    Path(work),
+                    shards=count,
+                    cables=cables,
+                    ports=ports,
+                    progress=lambda line: print(line, file=sys.stderr),
+                )
+            )
     per_host = [r["per_host_pps"] for r in runs]
     total = [r["total_pps"] for r in runs]
     return {
         "topology": str(topology),
         "summary": loaded.summary(),
+        "build": {
+            "name": build,
+            "shards": count,
+            "shard_cables": cables,
+            "ports": runs[0]["ports"] if runs else ports,
+        },
         "calibrations": calibrations,
         "per_host_pps": percentiles(per_host, digits=0),
         "total_pps": percentiles(total, digits=0),
-        "runs": [{k: r[k] for k in ("per_host_pps", "total_pps", "duration_s", "machine")} for r in runs],
+        # each packet of the half-shift crosses this many switches: what the datapath forwards in total
+        "switch_hops": _hops(loaded),
+        "runs": [
+            {k: r[k] for k in ("per_host_pps", "total_pps", "duration_s", "machine", "steps")} for r in runs
+        ],
     }
+
+
+def _hops(loaded: Any) -> int:
+    """Switches on the longest half-shift path: 2 per tier below the top, plus the top (k=4: 5)."""
+    tiers = {getattr(s, "tier", None) for s in loaded.switches} - {None}
+    return 2 * len(tiers) - 1 if tiers else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,21 +212,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="anchor runs per port type (default 5)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per anchor run (default 3)")
     parser.add_argument("--topology", type=Path, default=ROOT / "topologies" / "fat-tree-k4.yaml")
-    parser.add_argument("--calibrations", type=int, default=1, help="calibrations of the topology (0: none)")
+    parser.add_argument("--calibrations", type=int, default=1, help="calibrations per build (0: none)")
+    parser.add_argument(
+        "--builds",
+        default="packet-sockets,afxdp-patch",
+        help=f"comma-separated fabric builds to calibrate, of {', '.join(BUILDS)}",
+    )
+    parser.add_argument("--shards", type=int, default=0, help="shards for every build (default: the build's)")
+    parser.add_argument("--no-anchor", action="store_true", help="fabric figures only")
     args = parser.parse_args(args_in)
     if not 1 <= args.runs <= 100 or not 0.5 <= args.seconds <= 60 or not 0 <= args.calibrations <= 20:
         parser.error("--runs 1..100, --seconds 0.5..60, --calibrations 0..20")
+    builds = [b for b in args.builds.split(",") if b]
+    if not builds or any(b not in BUILDS for b in builds) or not 0 <= args.shards <= 64:
+        parser.error(f"--builds: comma-separated, of {', '.join(BUILDS)}; --shards 0..64")
     if os.geteuid() != 0:
         parser.error("needs root (network namespaces, Open vSwitch)")
+    # SIGTERM as an exception, so every fabric built so far is torn down on the way out (a killed k=16
+    # calibration once left 1,032 namespaces behind)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from emulation.ovs import OvsDaemon  # noqa: PLC0415
 
     daemon = OvsDaemon()
     load_before = os.getloadavg()
     try:
         daemon.ensure_running()
-        report: dict[str, Any] = {"benchmark": "capacity", "anchor": anchor(args.runs, args.seconds)}
+        report: dict[str, Any] = {"benchmark": "capacity"}
+        if not args.no_anchor:
+            report["anchor"] = anchor(args.runs, args.seconds)
         if args.calibrations:
-            report["fabric"] = fabric(args.topology, args.calibrations)
+            report["fabrics"] = [fabric(args.topology, args.calibrations, b, args.shards) for b in builds]
     finally:
         daemon.stop_if_started()
     report["machine"] = {

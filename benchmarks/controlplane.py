@@ -38,9 +38,9 @@ from controller.rest.client import wait_for
 from controller.sm.intents import FlowIntent, SwitchDelta, cookie_of, match
 from controller.sm.manager import SubnetManager
 from emulation.controlproc import ControllerProcess, free_port
+from emulation.flows import missing_seqs
 from emulation.ifflags import set_up
 from emulation.ovs import OvsDaemon, OvsFabric, ovs_available
-from emulation.probe import missing_seqs
 from topologies.generators import fat_tree
 from topologies.loader import dump_yaml
 

@@ -77,6 +77,28 @@ def _socket_drops(ss_output: str) -> dict[str, int]:
     return drops
 
 
+_XSK_DROPS = re.compile(r"xsk_queue_\d+_rx_dropped")
+
+
+def xsk_drops(db: str | None) -> dict[str, int]:
+    """Interface -> frames its AF_XDP sockets dropped for a full ring, as the ovs-vswitchd behind `db`
+    (None: the system's) counts them (custom statistics `xsk_queue_<n>_rx_dropped`); {} if it does not
+    answer."""
+    argv = ["ovs-vsctl", "--timeout=10", *([f"--db=unix:{db}"] if db else []), "--format=json",
+            "--columns=name,statistics", "list", "Interface"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    try:
+        rows = json.loads(done.stdout)["data"]
+    except (json.JSONDecodeError, KeyError):
+        return {}
+    drops: dict[str, int] = {}
+    for name, (_, stats) in rows:
+        total = sum(int(v) for k, v in stats if _XSK_DROPS.fullmatch(k))
+        if total:
+            drops[name] = total
+    return drops
+
+
 def _qdisc_drops(tc_json: str, devices: set[str] | None) -> dict[str, int]:
     try:
         qdiscs = json.loads(tc_json or "[]")
@@ -122,10 +144,14 @@ def _read_host(host: HostNs) -> tuple[str, str]:
 
 
 def snapshot(
-    switch_interfaces: Iterable[str], hosts: Sequence[HostNs], switch_ns: Sequence[HostNs] = ()
+    switch_interfaces: Iterable[str],
+    hosts: Sequence[HostNs],
+    switch_ns: Sequence[HostNs] = (),
+    xsk_dbs: Sequence[str | None] = (),
 ) -> Counters:
     """Read every counter of a fabric: its switch ports (root namespace, and the shard namespaces
-    `switch_ns` of a sharded fabric) and its hosts' namespaces."""
+    `switch_ns` of a sharded fabric) and its hosts' namespaces.  `xsk_dbs`: the OVSDB sockets (None: the
+    system's) of ovs-vswitchd instances whose ports are AF_XDP sockets (`emulation.fastports`)."""
     ours = set(switch_interfaces)
     counters = Counters()
     with ThreadPoolExecutor(8) as pool:
@@ -150,6 +176,10 @@ def snapshot(
                 continue  # gone (a run that tore down early): no counter, not a drop
         tc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=False)
         counters.shaped_drops = _qdisc_drops(tc.stdout, ours)
+    for db in xsk_dbs:  # an AF_XDP port's socket is OVS's receive socket too: its ring drops are the same
+        for name, drops in xsk_drops(db).items():
+            if name in ours:
+                counters.socket_drops[name] = counters.socket_drops.get(name, 0) + drops
     with ThreadPoolExecutor(8) as pool:
         for name, out in pool.map(_read_host, hosts):
             parts = out.split(_SECTION + "\n")

@@ -38,7 +38,8 @@ class Endpoint:
     mac: int
 
 
-def _setns(path: str) -> None:
+def enter_netns(path: str) -> None:
+    """This thread into the network namespace at `path` (a socket made here stays in it)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         if _libc.setns(fd, CLONE_NEWNET) != 0:
@@ -54,7 +55,7 @@ def open_sockets(endpoints: Sequence[Endpoint]) -> list[socket.socket]:
     sockets: list[socket.socket] = []
     try:
         for ep in endpoints:
-            _setns(ep.netns)
+            enter_netns(ep.netns)
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_TYPE_PROBE))
             sock.bind((ep.interface, ETH_TYPE_PROBE))
             sock.setblocking(False)

@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from controller.sm.addressing import IPV4_PREFIX_LEN
-from emulation import lightnet, ovsdb
+from emulation import fastports, lightnet, ovsdb
 from emulation.headroom import HostNs
 from emulation.hostconf import HostConfigError, HostIntf
 from emulation.mesh import Endpoint
@@ -181,6 +181,7 @@ class MininetFabric:
         burst_bytes: int | None = None,
         shells: bool = False,
         qos: Any = None,
+        ports: str = "system",
     ) -> None:
         """`name_prefix` gives every Mininet node (so every bridge and interface) a short name of its own,
         `{prefix}s{i}`/`{prefix}h{i}`, so that two fabrics of the same topology can share a network namespace
@@ -188,7 +189,9 @@ class MininetFabric:
         `buffer_packets` bounds each shaped switch port's queue (a switch's buffer; default: the interface's
         1000 packets, seconds of queueing at emulated speeds); `burst_bytes` what each shaped link may send
         above its rate after a pause (HTB's bucket; default 64 KB, a whole second of a 500 kb/s link).
-        `shells`: build with Mininet's nodes (a bash per node; needed by its CLI) instead of `lightnet`."""
+        `shells`: build with Mininet's nodes (a bash per node; needed by its CLI) instead of `lightnet`.
+        `ports`: what a switch port is to ovs-vswitchd (`emulation.fastports`: `system`, `afxdp`, or `auto`,
+        decided at build time; `port_choice.kind` and `.describe()` say what it became and why)."""
         self.shells = shells
         #: Interface group of this fabric's veths (lightnet): teardown deletes them in one call.
         self.group = (1 << 16) + secrets.randbelow(1 << 30)
@@ -200,6 +203,12 @@ class MininetFabric:
         self.qos_devices: list[str] = []
         if qos is not None and scale is None:
             raise EmulationError("QoS needs shaped links: give a scale")
+        try:
+            self.port_choice = fastports.PortChoice(ports, shaped=scale is not None, qos=qos is not None)
+        except ValueError as exc:
+            raise EmulationError(f"ports: {exc}") from None
+        if ports == "afxdp" and shells:
+            raise EmulationError("ports: AF_XDP ports are built without Mininet's shells (no --cli)")
         self.fabric = fabric
         self.addresses = addresses
         self.controller = controller
@@ -253,6 +262,17 @@ class MininetFabric:
         if peer is None:
             raise KeyError(f"{node}:{port} is not cabled")
         return self.intf_name(peer.node, peer.port)
+
+    def fast_ports(self, names: list[str], db: str | None) -> dict[str, Any]:
+        """`BridgeSpec.fast_ports` for these switch ports of the ovs-vswitchd behind `db`."""
+        try:
+            return self.port_choice.fast_ports(names, db)
+        except ValueError as exc:
+            raise EmulationError(f"ports: {exc}") from None
+
+    def xsk_dbs(self) -> list[str | None]:
+        """The OVSDB sockets of the ovs-vswitchd instances with AF_XDP ports (None: the system's)."""
+        return [None] if self.port_choice.kind == "afxdp" else []
 
     def switch_interfaces(self) -> list[str]:
         """Every switch port's interface (all in this network namespace)."""
@@ -357,7 +377,8 @@ class MininetFabric:
         target = f"tcp:{host}:{port}"
         bridges = [
             ovsdb.BridgeSpec(self.names[s.name], s.guid, sorted(ports[s.name], key=lambda p: p[1]), target,
-                             self.inactivity_probe_ms, {"dp-desc": self.names[s.name]})
+                             self.inactivity_probe_ms, {"dp-desc": self.names[s.name]},
+                             fast_ports=self.fast_ports([p for p, _ in ports[s.name]], None))
             for s in fabric.switches
         ]  # fmt: skip
         if not listening(host, int(port)):

@@ -39,6 +39,9 @@ class BridgeSpec:
     #: Ports that are OVS patch ports: interface name -> the peer patch port's interface name (on a bridge
     #: of the same ovs-vswitchd).
     patches: Mapping[str, str] = field(default_factory=dict)
+    #: Ports read and written through AF_XDP sockets instead of packet sockets: interface name -> the
+    #: Interface type (`afxdp-nonpmd`: polled by ovs-vswitchd's main thread) and its options.
+    fast_ports: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
 
 
 def _map(items: Mapping[str, str]) -> list[Any]:
@@ -88,6 +91,9 @@ def bridge_operations(bridges: Sequence[BridgeSpec], controllers: bool = True) -
             if intf in br.patches:
                 row["type"] = "patch"
                 row["options"] = _map({"peer": br.patches[intf]})
+            elif intf in br.fast_ports:
+                row["type"], options = br.fast_ports[intf]
+                row["options"] = _map(dict(options))
             ops.append({"op": "insert", "table": "Interface", "row": row, "uuid-name": _uuid_name("i", i, j)})
             ops.append(
                 {

@@ -32,14 +32,16 @@ pkt/s down as 174 and added the receiver's own wait to every one-way delay.  The
 packet is due (at least ~0.5 ms) and sends what is due: exact rate on average, a few packets per burst, and
 no core burnt busy-waiting (on a 2-core machine busy-waiting senders starve ovs-vswitchd's forwarding
 thread and cause the loss they are meant to measure).
+
+Both ends move many datagrams per system call (`emulation.mmsg`) and the receiver reads what arrived every
+millisecond instead of waking for each packet; the flow logic is `emulation.flows`, shared with the fleet
+that runs every flow of a calibration step from two processes (`emulation.fleet`).
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import json
-import random
 import socket
 import struct
 import subprocess
@@ -49,22 +51,21 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from traffic.entropy import spray_sport
+from emulation import flows, mmsg
 from traffic.fastpath import receive_buffer
 
 #: How long after the last probe is ready a run starts its clock (`release`): time to write every line.
 START_MARGIN_S = 0.25
 
-_HEADER = struct.Struct("!Qd")  # sequence number, send time
+_HEADER = flows.HEADER  # sequence number, send time
 #: Linux's SO_TIMESTAMPNS (asm-generic value; Python's socket module does not name it): each datagram
 #: carries the time the kernel received it, as a struct timespec in an SCM_TIMESTAMPNS control message.
 SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("@qq")
-#: Packet k leaves at a seeded random point of its slot [k, k + 1) x interval: exactly the rate on average,
-#: but never in lockstep with another flow of the same rate (periodic senders phase-lock at a drop-tail
-#: queue, and one of them loses everything the queue drops: Floyd & Jacobson's phase effects).
-JITTER_SLOTS = 4096
-_UDP = struct.Struct("!HHHH")  # source port, destination port, length, checksum
+#: A receiver reads what arrived every POLL_S instead of waking for each packet: a wake-up costs more than
+#: the read, and the kernel stamps each packet's arrival time (SO_TIMESTAMPNS) whenever it is read.
+POLL_S = 0.001
+RECV_BATCH = flows.RECV_BATCH
 
 
 def send(
@@ -81,51 +82,10 @@ def send(
     """`go`: called once the socket is open, returns the wall-clock time to start at (`--wait-go`).
     `size` is the UDP payload.  With `sport` or `spray` (an offset into the spray sequence) the UDP header
     is ours: a fixed source port, or another one for every packet."""
-    raw = sport is not None or spray is not None
-    if raw:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
-    else:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    if dscp:
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
-    interval = 1.0 / rate_pps
-    pad = bytes(max(0, size - _HEADER.size))
-    length = _UDP.size + _HEADER.size + len(pad)
-    rng = random.Random(f"{dst}:{port}:{sport}:{spray}")
-    offset = [rng.random() for _ in range(JITTER_SLOTS)]
-    if go is not None:
-        at = go()
-        time.sleep(max(0.0, at - time.time()))
-    wall0, start = time.time(), time.perf_counter()
-    end = start + duration_s
-    seq = errors = 0
-    late_s = 0.0  # the most a packet left after it was due: a stalled sender sends its backlog at once
-
-    def due_at(k: int) -> float:
-        return (k + offset[k % JITTER_SLOTS]) * interval
-
-    while True:
-        now = time.perf_counter()
-        if now >= end:
-            break
-        while due_at(seq) <= now - start:
-            late_s = max(late_s, now - start - due_at(seq))
-            body = _HEADER.pack(seq, wall0 + (now - start)) + pad
-            try:
-                if raw:
-                    source = sport if spray is None else spray_sport(seq, spray)
-                    sock.sendto(_UDP.pack(source, port, length, 0) + body, (dst, 0))
-                else:
-                    sock.sendto(body, (dst, port))
-            except OSError:  # ENOBUFS under load: loss at the receiver, as it should be
-                errors += 1
-            seq += 1
-        # sleep until the next packet is due (at least 0.5 ms: a few packets per wake-up at high rates), so a
-        # slow flow costs a few hundred wake-ups a second, not two thousand
-        time.sleep(min(0.01, max(0.0005, due_at(seq) - (time.perf_counter() - start))))
-    entropy = "spray" if spray is not None else ("fixed" if sport is not None else "kernel")
-    return {"sent": seq, "start": wall0, "rate_pps": rate_pps, "size": size, "entropy": entropy,
-            "send_errors": errors, "dscp": dscp, "late_max_ms": round(late_s * 1000, 2)}  # fmt: skip
+    sock = flows.sender_socket(dst, port, sport is not None or spray is not None, dscp)
+    sender = flows.FlowSender(sock, dst, port, rate_pps, size, sport, spray)
+    flows.run_senders([sender], duration_s, go() if go is not None else None)
+    return sender.result(dscp)
 
 
 def receive(
@@ -140,7 +100,6 @@ def receive(
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     receive_buffer(sock, 8 << 20)
     sock.bind(("0.0.0.0", port))
-    sock.settimeout(0.1)
     stamped = _kernel_timestamps(sock)
     if ready is not None:
         ready()
@@ -154,51 +113,16 @@ def receive(
                 deadline[0] = min(cap, time.monotonic() + (at - time.time()))
 
         threading.Thread(target=told, name="end-at", daemon=True).start()
-    last_seq, last_time = -1, 0.0
-    received = out_of_order = reorder_max = 0
-    last_arrival = 0.0
-    bytes_total = 0
-    buckets: dict[int, int] = {}
-    gaps: list[dict[str, float]] = []
-    late: set[int] = set()  # arrived behind a later packet: each fills a place in a gap
-    delays: list[float] = []
-    first = None
+    batch = mmsg.Batch(sock, flows.RECV_BATCH, flows.RECV_SLOT_BYTES, control=stamped)
+    record = flows.FlowRecord(bucket_s)
     while time.monotonic() < deadline[0]:
-        try:
-            data, control, _flags, _addr = sock.recvmsg(65536, socket.CMSG_SPACE(_TIMESPEC.size))
-        except TimeoutError:
+        count = batch.receive()
+        if count == 0:  # drained: sleep a tick rather than wake for every packet
+            time.sleep(POLL_S)
             continue
-        now = arrival_time(control) if stamped else time.time()
-        if len(data) < _HEADER.size:
-            continue
-        seq, sent = _HEADER.unpack_from(data)
-        delays.append(now - sent)  # one clock for every namespace: a true one-way delay
-        received += 1
-        last_arrival = now
-        bytes_total += len(data)
-        first = now if first is None else first
-        buckets[int(now / bucket_s)] = buckets.get(int(now / bucket_s), 0) + 1
-        if seq < last_seq:
-            out_of_order += 1
-            reorder_max = max(reorder_max, last_seq - seq)
-            late.add(seq)
-            continue
-        if seq > last_seq + 1 and last_seq >= 0:
-            gaps.append({"after_seq": last_seq, "missing": seq - last_seq - 1, "from": last_time, "to": now})
-        last_seq, last_time = seq, now
-    return {
-        "received": received,
-        "bytes": bytes_total,
-        "max_seq": last_seq,
-        "out_of_order": out_of_order,
-        "reorder_max": reorder_max,
-        "first": first,
-        "last": last_arrival,
-        "bucket_s": bucket_s,
-        "buckets": sorted(buckets.items()),
-        "gaps": net_gaps(gaps, late),
-        "latency_ms": _percentiles(delays),
-    }
+        record.absorb(batch, count)
+        batch.rearm(count)
+    return record.result()
 
 
 def _kernel_timestamps(sock: socket.socket) -> bool:
@@ -216,48 +140,6 @@ def arrival_time(control: list[tuple[int, int, bytes]]) -> float:
             sec, nsec = _TIMESPEC.unpack_from(blob)
             return float(sec + nsec * 1e-9)
     return time.time()
-
-
-def missing_seqs(gaps: Iterable[dict[str, float]]) -> list[int]:
-    """The sequence numbers a receiver's gaps say never arrived, in order."""
-    return [
-        seq
-        for gap in gaps
-        for seq in range(int(gap["after_seq"]) + 1, int(gap["after_seq"]) + 1 + int(gap["missing"]))
-    ]
-
-
-def net_gaps(gaps: list[dict[str, float]], late: Iterable[int]) -> list[dict[str, float]]:
-    """The gaps less the sequence numbers that arrived late: a gap a late packet falls in is split around
-    it (each part keeps the gap's times), one it fills entirely disappears.  A gap is
-    `{"after_seq", "missing", "from", "to"}`: `missing` numbers after `after_seq` had not arrived when
-    the next one did."""
-    arrived = sorted(set(late))
-    if not arrived:
-        return gaps
-    out: list[dict[str, float]] = []
-    for gap in gaps:
-        first = int(gap["after_seq"]) + 1
-        last = first + int(gap["missing"]) - 1
-        start = first
-        for seq in arrived[bisect.bisect_left(arrived, first) : bisect.bisect_right(arrived, last)]:
-            if seq > start:
-                out.append({**gap, "after_seq": start - 1, "missing": seq - start})
-            start = seq + 1
-        if start <= last:
-            out.append({**gap, "after_seq": start - 1, "missing": last - start + 1})
-    return out
-
-
-def _percentiles(delays: list[float]) -> dict[str, float] | None:
-    if not delays:
-        return None
-    ordered = sorted(delays)
-
-    def at(q: float) -> float:
-        return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
-
-    return {"p50": at(0.5), "p99": at(0.99), "max": round(1000 * ordered[-1], 3)}
 
 
 def _told_time(announce: str | None) -> Callable[[], float]:

@@ -198,13 +198,14 @@ def _run_once(
         drops_before = isolation.read_drops(net) if partitions is not None else {}
         placement = {f.name: _placement(ctl, f) for f in flows}
         since = int(ctl.get("events")[-1]["id"]) if ctl.get("events") else 0
-        before = snapshot(net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces())
+        counted = (net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces(), net.xsk_dbs())
+        before = snapshot(*counted)
         sampler = TxBufferSampler()
         try:
             measured = _traffic_and_faults(scenario, net, ctl, flows, progress, work)
         finally:
             tx_buffer_peak = sampler.stop()
-        after = snapshot(net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces())
+        after = snapshot(*counted)
         for host, drops in measured["receiver_socket_drops"].items():  # their sockets are closed by now
             after.host_socket_drops[host] = after.host_socket_drops.get(host, 0) + drops
         faulted = _faulted_interfaces(scenario, net)

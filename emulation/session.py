@@ -69,6 +69,8 @@ class UpOptions:
     crossing: str = "veth"
     #: Cables between two switches of one shard: "patch", "veth" or "auto" (patch unless shaped).
     shard_cables: str = "auto"
+    #: What a switch port is to ovs-vswitchd: "system", "afxdp" or "auto" (`emulation.fastports`).
+    ports: str = "system"
     #: `--cc dcqcn`: ECN marking with this profile at every shaped switch egress (`emulation.ccrun`).
     dcqcn: DcqcnParams | None = None
 
@@ -170,8 +172,9 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
     start = time.perf_counter()
     prefix = run_prefix(options)
     qos = load_policy(options.qos, fabric) if options.qos is not None else None
-    kwargs: dict[str, Any] = {"scale": options.scale, "mtu": options.mtu, "name_prefix": prefix, "qos": qos}
-    if options.shards > 1:
+    kwargs: dict[str, Any] = {"scale": options.scale, "mtu": options.mtu, "name_prefix": prefix, "qos": qos,
+                              "ports": options.ports}  # fmt: skip
+    if options.shards > 1 or options.shard_cables == "patch":
         net: MininetFabric = ShardedFabric(fabric, addresses, options.shards, options.crossing,
                                            options.shard_cables, **kwargs)  # fmt: skip
     else:
@@ -212,6 +215,8 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
             say(f"fabric: {fabric.summary()}; {built} up in {time.perf_counter() - start:.1f} s")
             if isinstance(net, ShardedFabric):
                 say(net.describe())
+            if options.ports != "system":
+                say(f"switch ports: {net.port_choice.describe()}")
             client = ctl or (ControllerClient(*options.controller_api) if options.controller_api else None)
             if client is not None:
                 client.ready(len(fabric.switches), timeout_s=options.ready_timeout_s)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from emulation import lightnet, ovsdb
@@ -43,7 +43,12 @@ from emulation.shards import (
     uses_patch,
     vxlan_line,
 )
-from topologies.model import Fabric
+from topologies.model import Fabric, Link
+
+
+def veth_ports(ports: list[tuple[str, int]], not_veths: Container[str]) -> list[str]:
+    """The switch ports that are veths: not patch ports, not VXLAN tunnels (AF_XDP serves veths here)."""
+    return [intf for intf, _ in ports if intf not in not_veths]
 
 
 class ShardedFabric(MininetFabric):
@@ -114,6 +119,9 @@ class ShardedFabric(MininetFabric):
     def switch_daemons(self) -> list[SwitchDaemon]:
         return [SwitchDaemon(d.netns, d.dir / "ovs-vswitchd.pid", str(d.dir / "ovs-vswitchd.ctl"))
                 for d in self.daemons]  # fmt: skip
+
+    def xsk_dbs(self) -> list[str | None]:
+        return [d.db for d in self.daemons] if self.port_choice.kind == "afxdp" else []
 
     def switch_port_netns(self, intf: str) -> str | None:
         """A switch port lives in its switch's shard namespace."""
@@ -239,6 +247,12 @@ class ShardedFabric(MininetFabric):
         patches: dict[str, dict[str, str]] = {s.name: {} for s in fabric.switches}
         for (node, port), peer in self.patched.items():
             patches[node][self.intf_name(node, port)] = self.intf_name(*peer)
+        tunnels = {
+            self.intf_name(end.node, end.port)
+            for link in fabric.links
+            for end in (link.a, link.b)
+            if self.crossing == "vxlan" and self._crosses(link)
+        }
         conns: list[ovsdb.Ovsdb] = []
         specs: list[list[ovsdb.BridgeSpec]] = []
         try:
@@ -246,7 +260,9 @@ class ShardedFabric(MininetFabric):
                 bridges = [
                     ovsdb.BridgeSpec(self.names[s.name], s.guid, sorted(ports[s.name], key=lambda p: p[1]),
                                      self.controller, self.inactivity_probe_ms,
-                                     {"dp-desc": self.names[s.name]}, patches[s.name])
+                                     {"dp-desc": self.names[s.name]}, patches[s.name],
+                                     self.fast_ports(veth_ports(ports[s.name], {*patches[s.name], *tunnels}),
+                                                     daemon.db))
                     for s in fabric.switches if self.plan.shard_of[s.name] == i
                 ]  # fmt: skip
                 conn = ovsdb.Ovsdb(daemon.db)
@@ -269,6 +285,12 @@ class ShardedFabric(MininetFabric):
         finally:
             for conn in conns:
                 conn.close()
+
+    def _crosses(self, link: Link) -> bool:
+        """A cable between switches of two shards."""
+        nodes, shard = self.fabric.nodes, self.plan.shard_of
+        a, b = link.a.node, link.b.node
+        return nodes[a].is_switch and nodes[b].is_switch and shard[a] != shard[b]
 
     def _switch_tc(self, lines: Mapping[str, list[str]]) -> None:
         by_ns: dict[str, list[str]] = {}

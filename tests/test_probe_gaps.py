@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from emulation.probe import _HEADER, missing_seqs, net_gaps
+from emulation.flows import missing_seqs, net_gaps
+from emulation.probe import _HEADER
 
 PROBE = [sys.executable, "-m", "emulation.probe"]
 

@@ -1,0 +1,143 @@
+"""Every probe flow of a calibration step from two processes, not two per flow (`python -m emulation.fleet`).
+
+Why: a step of the k=16 fat-tree has 1,024 flows.  As a sender and a receiver process per flow that is
+2,048 Python processes to start per step (~0.3 CPU-seconds each, five minutes of both cores before a
+packet moves) and ~30 MB each; and on k=4 the 32 processes woke 32 times as often as one loop.  A socket
+keeps the network namespace it was made in, so one process enters each host's namespace in turn, makes
+that host's socket there and comes back; then it forks: the child runs every sender (`flows.run_senders`),
+the parent every receiver (epoll over the sockets, each drained a batch at a time into its
+`flows.FlowRecord`).  Each flow's packets, schedule and accounting are those of `emulation.probe`.
+
+Protocol (stdin/stdout, one JSON or number per line):
+  -> {"flows": [{"src_netns": PATH, "dst_netns": PATH, "dst": IP, "port": N}, ...], "rate_pps": R,
+      "seconds": S, "size": BYTES, "bucket_s": B, "grace_s": G}
+  <- ready                       (every socket open)
+  -> START                       (wall-clock time to start sending at)
+  <- {"senders": [...], "receivers": [...]}   (probe's records, in the order of the flows)
+Receivers stop at START + S + G.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import socket
+import sys
+import time
+from typing import Any
+
+from emulation import flows, mmsg
+from emulation.mesh import CLONE_NEWNET, enter_netns
+from traffic.fastpath import receive_buffer
+
+POLL_S = 0.001
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def open_sockets(spec: dict[str, Any]) -> tuple[list[socket.socket], list[flows.FlowSender]]:
+    """Each flow's receiving socket in its destination's namespace and sending one in its source's."""
+    home = os.open("/proc/self/ns/net", os.O_RDONLY)
+    receivers: list[socket.socket] = []
+    senders: list[flows.FlowSender] = []
+    try:
+        for flow in spec["flows"]:
+            enter_netns(flow["dst_netns"])
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            receive_buffer(sock, 8 << 20)
+            sock.setsockopt(socket.SOL_SOCKET, mmsg.SCM_TIMESTAMPNS, 1)
+            sock.bind(("0.0.0.0", int(flow["port"])))
+            sock.setblocking(False)
+            receivers.append(sock)
+            enter_netns(flow["src_netns"])
+            out = flows.sender_socket(flow["dst"], int(flow["port"]), raw=False)
+            senders.append(flows.FlowSender(out, flow["dst"], int(flow["port"]), float(spec["rate_pps"]),
+                                            int(spec["size"])))  # fmt: skip
+    finally:
+        if _libc.setns(home, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns back to the original namespace failed")
+        os.close(home)
+    return receivers, senders
+
+
+def receive_all(socks: list[socket.socket], bucket_s: float, end_wall: float) -> list[dict[str, Any]]:
+    """Drain every socket as packets arrive until `end_wall` (wall clock): each one's record."""
+    records = [flows.FlowRecord(bucket_s) for _ in socks]
+    index = {sock.fileno(): i for i, sock in enumerate(socks)}
+    batch = mmsg.Batch(socks[0], flows.RECV_BATCH, flows.RECV_SLOT_BYTES, control=True)
+    poller = select.epoll()
+    with poller:
+        for fd in index:
+            poller.register(fd, select.EPOLLIN)
+        while time.time() < end_wall:
+            ready = poller.poll(0)
+            if not ready:
+                time.sleep(POLL_S)  # a tick, not a wake-up per packet: the kernel stamps each arrival
+                continue
+            for fd, _ in ready:
+                while (count := batch.receive(fd)) > 0:
+                    records[index[fd]].absorb(batch, count)
+                    batch.rearm(count)
+                    if count < batch.slots:
+                        break
+    return [r.result() for r in records]
+
+
+def run(spec: dict[str, Any], start_at: float, receivers: list[socket.socket],
+        senders: list[flows.FlowSender]) -> dict[str, Any]:  # fmt: skip
+    """Senders in a child process, receivers here; both records."""
+    seconds = float(spec["seconds"])
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the senders
+        code = 1
+        try:
+            os.close(rfd)
+            flows.run_senders(senders, seconds, start_at)
+            data = json.dumps([s.result() for s in senders]).encode()
+            with os.fdopen(wfd, "wb") as out:
+                out.write(data)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    try:
+        got = receive_all(receivers, float(spec.get("bucket_s", 0.1)),
+                          start_at + seconds + float(spec.get("grace_s", 1.0)))  # fmt: skip
+        with os.fdopen(rfd, "rb") as pipe:
+            sent = pipe.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 or not sent:
+        raise RuntimeError(f"the sending process failed (exit status {os.waitstatus_to_exitcode(status)})")
+    return {"senders": json.loads(sent), "receivers": got}
+
+
+def main() -> int:
+    try:
+        spec = json.loads(sys.stdin.readline())
+        if not spec.get("flows"):
+            raise ValueError("no flows")
+        receivers, senders = open_sockets(spec)
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        print(f"fleet: bad specification or sockets: {exc}", file=sys.stderr)
+        return 2
+    print("ready", flush=True)
+    line = sys.stdin.readline()
+    try:
+        start_at = float(line)
+    except ValueError:
+        print(f"fleet: expected a start time (epoch seconds) on stdin, got {line[:40]!r}", file=sys.stderr)
+        return 2
+    result = run(spec, start_at, receivers, senders)
+    print(json.dumps(result), flush=True)
+    for sock in receivers:
+        with contextlib.suppress(OSError):
+            sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

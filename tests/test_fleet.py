@@ -1,0 +1,68 @@
+"""The probe fleet (`emulation.fleet`): every flow of a calibration step from two processes, with the
+probes' own records.  Here on loopback, each flow's two ends "in" this process's own namespace (the fleet
+enters whatever namespace each flow names); on a fabric they are the hosts'."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+FLEET = [sys.executable, "-m", "emulation.fleet"]
+HERE = "/proc/self/ns/net"
+
+
+def _run(spec: dict[str, object]) -> tuple[int, str, str]:
+    proc = subprocess.Popen(FLEET, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(spec) + "\n")
+    proc.stdin.flush()
+    if proc.stdout.readline().strip() != "ready":
+        out, err = proc.communicate(timeout=30)
+        return proc.returncode, out, err
+    out, err = proc.communicate(f"{time.time() + 0.2!r}\n", timeout=60)
+    return proc.returncode, out, err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace needs root")
+def test_every_flow_sends_its_rate_and_each_receiver_counts_only_its_own() -> None:
+    flows = [{"src_netns": HERE, "dst_netns": HERE, "dst": "127.0.0.1", "port": 47400 + i} for i in range(3)]
+    rates = 400
+    code, out, err = _run({"flows": flows, "rate_pps": rates, "seconds": 1.0, "size": 512, "grace_s": 0.5})
+    assert code == 0, err
+    got = json.loads(out)
+    assert len(got["senders"]) == len(got["receivers"]) == 3
+    for sent, received in zip(got["senders"], got["receivers"], strict=True):
+        assert 0.9 * rates <= sent["sent"] <= rates + 1, sent
+        assert received["received"] == sent["sent"] and received["max_seq"] == sent["sent"] - 1, received
+        assert received["bytes"] == 512 * sent["sent"] and received["gaps"] == []
+        assert received["latency_ms"]["p50"] < 50, received["latency_ms"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"flows": []}, "no flows"),
+        (
+            {
+                "flows": [
+                    {"src_netns": "/nonexistent", "dst_netns": HERE, "dst": "127.0.0.1", "port": 47410}
+                ],
+                "rate_pps": 10,
+                "seconds": 1,
+                "size": 64,
+            },
+            "nonexistent",
+        ),
+    ],
+)
+def test_a_bad_specification_is_refused_in_one_line_with_exit_2(
+    spec: dict[str, object], message: str
+) -> None:
+    code, _, err = _run(spec)
+    assert code == 2 and message in err and "Traceback" not in err, err
