@@ -15,7 +15,8 @@ import yaml
 
 from tests.conftest import ROOT
 
-EMULATION_CAPS = {"NET_ADMIN", "SYS_ADMIN", "NET_RAW", "SYS_NICE"}  # SYS_NICE: emulation/priority.py
+# SYS_NICE: emulation/priority.py; IPC_LOCK: AF_XDP switch ports pin their buffers (emulation/fastports.py)
+EMULATION_CAPS = {"NET_ADMIN", "SYS_ADMIN", "NET_RAW", "SYS_NICE", "IPC_LOCK"}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,7 @@ def test_least_privilege_and_no_bridge_networks(compose: dict[str, Any]) -> None
         assert set(service["cap_add"]) == EMULATION_CAPS
         assert service["devices"] == ["/dev/net/tun:/dev/net/tun"]
         assert service["security_opt"] == ["seccomp=unconfined"]
+        assert service["ulimits"] == {"memlock": {"soft": -1, "hard": -1}}
 
 
 def test_services_start_in_order_and_stop_cleanly(compose: dict[str, Any]) -> None:
