@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -134,6 +134,17 @@ def scale_rates(text: str, factor: float) -> str:
     return re.sub(r"rate_pps: ([\d.]+)", lambda m: f"rate_pps: {float(m[1]) * factor:.1f}", text)
 
 
+def overloaded_runs(summaries: Iterable[dict[str, Any]]) -> str | None:
+    """Why the emulator was overloaded in any repetition of these scenario summaries (None: it was not)."""
+    whys = [
+        r["headroom"]["why"]
+        for summary in summaries
+        for r in summary["repetitions"]
+        if r["headroom"]["emulator_overloaded"]
+    ]
+    return "; ".join(whys) or None
+
+
 def until_clean(
     run: Callable[[float], T], overloaded: Callable[[T], str | None], attempts: int = 2
 ) -> tuple[T, str | None]:
@@ -159,6 +170,7 @@ __all__ = [
     "fabric_prefix_fixture",
     "free_port",
     "k4_capacity_fixture",
+    "overloaded_runs",
     "ovs_daemon_fixture",
     "prefix_leftovers",
     "prefix_names",

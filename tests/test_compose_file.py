@@ -58,7 +58,7 @@ def test_least_privilege_and_no_bridge_networks(compose: dict[str, Any]) -> None
         assert set(service["cap_add"]) == EMULATION_CAPS
         assert service["devices"] == ["/dev/net/tun:/dev/net/tun"]
         assert service["security_opt"] == ["seccomp=unconfined"]
-        assert service["ulimits"] == {"memlock": {"soft": -1, "hard": -1}}
+        assert "ulimits" not in service  # this engine may not raise memlock: `IPC_LOCK` instead
 
 
 def test_services_start_in_order_and_stop_cleanly(compose: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from emulation.runner import run_scenario
 from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import (  # noqa: F401 - the ovs_daemon fixture
+    overloaded_runs,
     ovs_daemon_fixture,
     require_emulation,
     scale_rates,
@@ -52,16 +53,7 @@ def test_qos_queues_and_partitions_hold_on_two_shards_as_on_one(ovs_daemon: Any,
         plain = run_scenario(scenario, tmp_path / f"plain{runs}")
         return plain, run_scenario(scenario, tmp_path / f"sharded{runs}", shards=2, crossing="vxlan")
 
-    def overloaded(pair: tuple[dict[str, Any], dict[str, Any]]) -> str | None:
-        whys = [
-            r["headroom"]["why"]
-            for s in pair
-            for r in s["repetitions"]
-            if r["headroom"]["emulator_overloaded"]
-        ]
-        return "; ".join(whys) or None
-
-    (plain, sharded), why = until_clean(run_pair, overloaded)
+    (plain, sharded), why = until_clean(run_pair, overloaded_runs)
     assert sharded["shards"] == {"count": 2, "crossing": "vxlan"} and plain["shards"] is None
     a, b = plain["repetitions"][0], sharded["repetitions"][0]
     # partitions: the same pairs denied, none delivered that should not be, none lost that should not be

@@ -29,6 +29,7 @@ from emulation.shards import STATS_UPDATE_INTERVAL_MS, ShardPlan, plan, uses_pat
 from labspec.scenario import load_scenario
 from tests.conftest import ROOT
 from tests.emulation_support import (  # noqa: F401 - the ovs_daemon fixture
+    overloaded_runs,
     ovs_daemon_fixture,
     prefix_leftovers,
     prefix_names,
@@ -328,16 +329,7 @@ def test_a_scenario_gives_the_same_results_sharded_over_vxlan_as_unsharded(
             load_scenario(path), tmp_path / f"sharded{runs}", shards=2, crossing="vxlan"
         )
 
-    def overloaded(pair: tuple[dict[str, Any], dict[str, Any]]) -> str | None:
-        whys = [
-            r["headroom"]["why"]
-            for s in pair
-            for r in s["repetitions"]
-            if r["headroom"]["emulator_overloaded"]
-        ]
-        return "; ".join(whys) or None
-
-    (plain, shard), why = until_clean(run_pair, overloaded)
+    (plain, shard), why = until_clean(run_pair, overloaded_runs)
     assert shard["shards"] == {"count": 2, "crossing": "vxlan"} and plain["shards"] is None
     a, b = plain["repetitions"][0], shard["repetitions"][0]
     assert a["all_pairs"]["reachable"] == a["all_pairs"]["pairs"] == b["all_pairs"]["reachable"]

@@ -14,6 +14,7 @@ Two figures OpenSM users compare engines by:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,9 +22,9 @@ import numpy.typing as npt
 
 from controller.sm.hostorder import host_order
 from controller.sm.paths import multi_source_distances
-from controller.sm.subnet import F64, I64, NO_PORT, Subnet
+from controller.sm.subnet import F64, I64, NO_PORT, U8, Subnet
 from controller.sm.tables import RoutingTables
-from controller.sm.walk import ARRIVED, follow_hosts
+from controller.sm.walk import ARRIVED, Follow, follow_hosts
 
 
 @dataclass(frozen=True)
@@ -82,30 +83,50 @@ def _tier_names(subnet: Subnet) -> tuple[npt.NDArray[np.str_], list[str]]:
     return names.astype(str), order
 
 
+#: Called for each hop of `all_to_all_flows`: (switch rows, destination columns within the block, the flows
+#: they hand on, the block's walk).
+OnHop = Callable[[npt.NDArray[np.intp], npt.NDArray[np.intp], F64, Follow], None]
+
+
+def all_to_all_flows(
+    subnet: Subnet, lft: U8, on_hop: OnHop | None = None
+) -> Iterator[tuple[Follow, F64, I64]]:
+    """Every host sending to every other under `lft`, a block of destination columns at a time: (the walk,
+    flows[s, c] = flows that reach switch s toward column c — its own hosts' included —, hops[s, c] from s
+    to the destination switch, -1 where it does not arrive).  Flows are handed on farthest first, so each
+    switch's count is complete before it passes it on; `on_hop` sees every hand-over."""
+    sources = subnet.hosts_per_switch.astype(np.float64)
+    for result in follow_hosts(subnet, lft):
+        width = result.cols.size
+        flows = np.repeat(sources[:, None], width, axis=1)
+        flows[subnet.dest_switch[result.cols], np.arange(width)] -= (
+            1.0  # a destination does not send to itself
+        )
+        hops = np.where(result.outcome == ARRIVED, result.hops, -1)
+        nxt = result.next_switch
+        for h in range(int(hops.max(initial=0)), 0, -1):
+            rows, c = np.nonzero(hops == h)
+            f = flows[rows, c]
+            if on_hop is not None:
+                on_hop(rows, c, f, result)
+            np.add.at(flows, (nxt[rows, c], c), f)
+        yield result, flows, hops
+
+
 def all_to_all_load(tables: RoutingTables) -> F64:
     """Flows per switch out-port channel (see `channel_index`) when every host sends to every other."""
     subnet = tables.subnet
     ids, count = channel_index(subnet)
     load = np.zeros(count + 1, dtype=np.float64)
-    sources = subnet.hosts_per_switch.astype(np.float64)
-    for result in follow_hosts(subnet, tables.lft):
-        cols = result.cols
-        width = cols.size
-        flows = np.repeat(sources[:, None], width, axis=1)
-        targets = subnet.dest_switch[cols]
-        flows[targets, np.arange(width)] -= 1.0  # the destination does not send to itself
-        arrived = result.outcome == ARRIVED
-        hops = np.where(arrived, result.hops, -1)
-        port = result.port.astype(np.intp)
-        nxt = result.next_switch
-        for h in range(int(hops.max(initial=0)), 0, -1):
-            rows, c = np.nonzero(hops == h)
-            f = flows[rows, c]
-            np.add.at(load, ids[rows, port[rows, c]], f)
-            np.add.at(flows, (nxt[rows, c], c), f)
+
+    def hand_on(rows: npt.NDArray[np.intp], c: npt.NDArray[np.intp], f: F64, result: Follow) -> None:
+        np.add.at(load, ids[rows, result.port.astype(np.intp)[rows, c]], f)
+
+    for result, flows, _ in all_to_all_flows(subnet, tables.lft, hand_on):
         # last hop: the destination switch hands all collected flows to the host
-        c = np.arange(width)
-        final_port = port[targets, c]
+        c = np.arange(result.cols.size)
+        targets = subnet.dest_switch[result.cols]
+        final_port = result.port.astype(np.intp)[targets, c]
         ok = (final_port != NO_PORT) & (final_port > 0)
         np.add.at(load, ids[targets[ok], final_port[ok]], flows[targets[ok], c[ok]])
     return load[:count]

@@ -184,6 +184,16 @@ class FatTreeEngine(RoutingEngine):
         number = destination_numbers(subnet)
         n, width = subnet.n_switches, subnet.n_ports
         lft = new_lft(subnet)
+        port_rank = np.empty_like(order)
+        np.put_along_axis(port_rank, order, np.broadcast_to(np.arange(width), order.shape), axis=1)
+        # Uplinks of each switch in preference order: the "j-th uplink" of the digit rule.
+        n_up = o.ud.up.sum(axis=1).astype(np.int64)
+        designed = designed_uplinks(n_up, o.rank)
+        by_slot, group_uplinks = _uplinks_by_slot(subnet, o, pos, order, designed)
+        short_alone = individually_short(n_up, group_uplinks, designed)
+        wide = wide_damage(short_alone, int((n_up > 0).sum()))
+        if wide:  # the rebalancing weighs every destination's flows: part of the routing is the whole's part
+            only = None
         # the destination columns routed: all, or those of `only`
         cols = slice(None) if only is None else np.searchsorted(subnet.dest_lids, only)
         target_all = subnet.dest_switch.astype(np.intp)[cols]
@@ -194,17 +204,6 @@ class FatTreeEngine(RoutingEngine):
         # destination's among them
         targets, target = np.unique(target_all, return_inverse=True)
         target = target.reshape(-1).astype(np.intp)
-        port_rank = np.empty_like(order)
-        np.put_along_axis(port_rank, order, np.broadcast_to(np.arange(width), order.shape), axis=1)
-        # Uplinks of each switch in preference order: the "j-th uplink" of the digit rule.
-        n_up = o.ud.up.sum(axis=1).astype(np.int64)
-        designed = designed_uplinks(n_up, o.rank)
-        by_slot, group_uplinks = _uplinks_by_slot(subnet, o, pos, order, designed)
-        short_alone = individually_short(n_up, group_uplinks, designed)
-        wide = wide_damage(short_alone, int((n_up > 0).sum()))
-        if wide and only is not None:
-            # the rebalancing weighs every destination's flows: a part of the routing is the whole's part
-            return self._route(subnet, None)
         leaf_target = subnet.has_hosts[None, targets]
         candidates = UpDownCandidates(subnet, o.ud, o.hops)
         # Pass 1: every switch's candidate ports (kept whole as the alternatives) and how many it has toward

@@ -23,9 +23,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from controller.sm.quality import channel_index
+from controller.sm.quality import all_to_all_flows, channel_index
 from controller.sm.subnet import I64, U8, Subnet
-from controller.sm.walk import ARRIVED, follow_hosts
 
 #: Switches that lost an uplink their group still has, from which the repairs are rebalanced: at most
 #: this many (or 1 % of the switches with uplinks, if more) are repaired by the formula alone.
@@ -43,17 +42,8 @@ def flows_through(subnet: Subnet, lft: U8) -> npt.NDArray[np.float64]:
     """through[s, c]: the all-to-all flows (every host to every other) that pass switch s toward host
     destination column c, its own hosts' included; 0 for switch destinations and where none pass."""
     through = np.zeros((subnet.n_switches, subnet.dest_lids.size), dtype=np.float64)
-    sources = subnet.hosts_per_switch.astype(np.float64)
-    for result in follow_hosts(subnet, lft):
-        cols, width = result.cols, result.cols.size
-        flows = np.repeat(sources[:, None], width, axis=1)
-        flows[subnet.dest_switch[cols], np.arange(width)] -= 1.0  # a destination does not send to itself
-        hops = np.where(result.outcome == ARRIVED, result.hops, -1)
-        nxt = result.next_switch
-        for h in range(int(hops.max(initial=0)), 0, -1):  # farthest first: their flows are complete
-            rows, c = np.nonzero(hops == h)
-            np.add.at(flows, (nxt[rows, c], c), flows[rows, c])
-        through[:, cols] = np.where(hops >= 0, flows, 0.0)
+    for result, flows, hops in all_to_all_flows(subnet, lft):
+        through[:, result.cols] = np.where(hops >= 0, flows, 0.0)
     return through
 
 
