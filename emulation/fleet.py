@@ -20,7 +20,6 @@ Receivers stop at START + S + G.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import select
@@ -30,35 +29,21 @@ import time
 from typing import Any
 
 from emulation import flows, mmsg
-from emulation.mesh import CLONE_NEWNET, enter_netns
-from traffic.fastpath import receive_buffer
-
-POLL_S = 0.001
-_libc = ctypes.CDLL(None, use_errno=True)
+from emulation.mesh import enter_netns, visiting_namespaces
 
 
 def open_sockets(spec: dict[str, Any]) -> tuple[list[socket.socket], list[flows.FlowSender]]:
     """Each flow's receiving socket in its destination's namespace and sending one in its source's."""
-    home = os.open("/proc/self/ns/net", os.O_RDONLY)
     receivers: list[socket.socket] = []
     senders: list[flows.FlowSender] = []
-    try:
+    with visiting_namespaces():
         for flow in spec["flows"]:
             enter_netns(flow["dst_netns"])
-            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            receive_buffer(sock, 8 << 20)
-            sock.setsockopt(socket.SOL_SOCKET, mmsg.SCM_TIMESTAMPNS, 1)
-            sock.bind(("0.0.0.0", int(flow["port"])))
-            sock.setblocking(False)
-            receivers.append(sock)
+            receivers.append(flows.receiver_socket(int(flow["port"]))[0])
             enter_netns(flow["src_netns"])
             out = flows.sender_socket(flow["dst"], int(flow["port"]), raw=False)
             senders.append(flows.FlowSender(out, flow["dst"], int(flow["port"]), float(spec["rate_pps"]),
                                             int(spec["size"])))  # fmt: skip
-    finally:
-        if _libc.setns(home, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns back to the original namespace failed")
-        os.close(home)
     return receivers, senders
 
 
@@ -74,14 +59,11 @@ def receive_all(socks: list[socket.socket], bucket_s: float, end_wall: float) ->
         while time.time() < end_wall:
             ready = poller.poll(0)
             if not ready:
-                time.sleep(POLL_S)  # a tick, not a wake-up per packet: the kernel stamps each arrival
+                time.sleep(flows.POLL_S)  # a tick, not a wake-up per packet: the kernel stamps each arrival
                 continue
             for fd, _ in ready:
-                while (count := batch.receive(fd)) > 0:
-                    records[index[fd]].absorb(batch, count)
-                    batch.rearm(count)
-                    if count < batch.slots:
-                        break
+                while records[index[fd]].read(batch, fd) == batch.slots:  # a full batch: more may wait
+                    pass
     return [r.result() for r in records]
 
 

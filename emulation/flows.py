@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from emulation import mmsg
 from traffic.entropy import spray_sport
+from traffic.fastpath import receive_buffer
 
 HEADER = struct.Struct("!Qd")  # sequence number, send time
 UDP = struct.Struct("!HHHH")  # source port, destination port, length, checksum
@@ -35,6 +36,9 @@ JITTER_SLOTS = 4096
 SEND_BATCH = 64
 RECV_BATCH = 64
 RECV_SLOT_BYTES = 9216
+#: A receiver reads what arrived every POLL_S instead of waking for each packet: a wake-up costs more than
+#: the read, and the kernel stamps each packet's arrival time (SO_TIMESTAMPNS) whenever it is read.
+POLL_S = 0.001
 
 
 def sender_socket(dst: str, port: int, raw: bool, dscp: int = 0) -> socket.socket:
@@ -48,6 +52,21 @@ def sender_socket(dst: str, port: int, raw: bool, dscp: int = 0) -> socket.socke
     if dscp:
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
     return sock
+
+
+def receiver_socket(port: int) -> tuple[socket.socket, bool]:
+    """A non-blocking UDP socket bound to `port` with an 8 MB buffer, and whether the kernel stamps each
+    datagram's arrival (SO_TIMESTAMPNS; not outside Linux, where the receiver's clock stands in)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receive_buffer(sock, 8 << 20)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, mmsg.SCM_TIMESTAMPNS, 1)
+        stamped = True
+    except OSError:
+        stamped = False
+    sock.bind(("0.0.0.0", port))
+    sock.setblocking(False)
+    return sock, stamped
 
 
 class FlowSender:
@@ -166,6 +185,14 @@ class FlowRecord:
         self.late: set[int] = set()  # arrived behind a later packet: each fills a place in a gap
         self.delays: list[npt.NDArray[np.float64]] = []
 
+    def read(self, batch: mmsg.Batch, fd: int | None = None) -> int:
+        """Receive what waits on `batch`'s socket (or `fd`) into this record: how many datagrams (0: none)."""
+        count = batch.receive(fd)
+        if count:
+            self.absorb(batch, count)
+            batch.rearm(count)
+        return count
+
     def absorb(self, batch: mmsg.Batch, count: int) -> None:
         """The first `count` datagrams of `batch` (just received; the caller rearms it after)."""
         lengths = batch.lengths(count)
@@ -265,6 +292,7 @@ def percentiles_ms(delays: list[float]) -> dict[str, float] | None:
 __all__ = [
     "HEADER",
     "JITTER_SLOTS",
+    "POLL_S",
     "RECV_BATCH",
     "RECV_SLOT_BYTES",
     "SEND_BATCH",
@@ -274,6 +302,7 @@ __all__ = [
     "missing_seqs",
     "net_gaps",
     "percentiles_ms",
+    "receiver_socket",
     "run_senders",
     "sender_socket",
 ]

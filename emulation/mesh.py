@@ -11,6 +11,7 @@ can drop), up to `rounds` times.  Frames carry a random run id, so stray traffic
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import os
@@ -49,26 +50,35 @@ def enter_netns(path: str) -> None:
         os.close(fd)
 
 
-def open_sockets(endpoints: Sequence[Endpoint]) -> list[socket.socket]:
-    """One raw socket per endpoint, bound to its interface inside its namespace."""
+@contextlib.contextmanager
+def visiting_namespaces() -> Iterator[None]:
+    """Inside, `enter_netns` hops between namespaces (sockets made in one stay in it); on leaving, this
+    thread is back in the namespace it started in, whatever happened."""
     home = os.open("/proc/self/ns/net", os.O_RDONLY)
-    sockets: list[socket.socket] = []
     try:
-        for ep in endpoints:
-            enter_netns(ep.netns)
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_TYPE_PROBE))
-            sock.bind((ep.interface, ETH_TYPE_PROBE))
-            sock.setblocking(False)
-            receive_buffer(sock, 4 << 20)
-            sockets.append(sock)
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
+        yield
     finally:
         if _libc.setns(home, CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), "setns back to the original namespace failed")
         os.close(home)
+
+
+def open_sockets(endpoints: Sequence[Endpoint]) -> list[socket.socket]:
+    """One raw socket per endpoint, bound to its interface inside its namespace."""
+    sockets: list[socket.socket] = []
+    try:
+        with visiting_namespaces():
+            for ep in endpoints:
+                enter_netns(ep.netns)
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_TYPE_PROBE))
+                sock.bind((ep.interface, ETH_TYPE_PROBE))
+                sock.setblocking(False)
+                receive_buffer(sock, 4 << 20)
+                sockets.append(sock)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     return sockets
 
 

@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -52,19 +50,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from emulation import flows, mmsg
-from traffic.fastpath import receive_buffer
 
 #: How long after the last probe is ready a run starts its clock (`release`): time to write every line.
 START_MARGIN_S = 0.25
 
 _HEADER = flows.HEADER  # sequence number, send time
-#: Linux's SO_TIMESTAMPNS (asm-generic value; Python's socket module does not name it): each datagram
-#: carries the time the kernel received it, as a struct timespec in an SCM_TIMESTAMPNS control message.
-SO_TIMESTAMPNS = 35
-_TIMESPEC = struct.Struct("@qq")
-#: A receiver reads what arrived every POLL_S instead of waking for each packet: a wake-up costs more than
-#: the read, and the kernel stamps each packet's arrival time (SO_TIMESTAMPNS) whenever it is read.
-POLL_S = 0.001
 RECV_BATCH = flows.RECV_BATCH
 
 
@@ -97,10 +87,7 @@ def receive(
 ) -> dict[str, Any]:
     """`end_at` (`--wait-end`): blocks until the run says when to stop (a wall-clock time); it is called on
     a thread of its own while packets are received, and `duration_s` caps the wait."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    receive_buffer(sock, 8 << 20)
-    sock.bind(("0.0.0.0", port))
-    stamped = _kernel_timestamps(sock)
+    sock, stamped = flows.receiver_socket(port)
     if ready is not None:
         ready()
     deadline = [time.monotonic() + duration_s]
@@ -116,30 +103,9 @@ def receive(
     batch = mmsg.Batch(sock, flows.RECV_BATCH, flows.RECV_SLOT_BYTES, control=stamped)
     record = flows.FlowRecord(bucket_s)
     while time.monotonic() < deadline[0]:
-        count = batch.receive()
-        if count == 0:  # drained: sleep a tick rather than wake for every packet
-            time.sleep(POLL_S)
-            continue
-        record.absorb(batch, count)
-        batch.rearm(count)
+        if record.read(batch) == 0:  # drained: sleep a tick rather than wake for every packet
+            time.sleep(flows.POLL_S)
     return record.result()
-
-
-def _kernel_timestamps(sock: socket.socket) -> bool:
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    except OSError:  # not Linux: the receiver's own clock, as before
-        return False
-    return True
-
-
-def arrival_time(control: list[tuple[int, int, bytes]]) -> float:
-    """The kernel's receive time from a datagram's control messages (the receiver's clock if absent)."""
-    for level, kind, blob in control:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(blob) >= _TIMESPEC.size:
-            sec, nsec = _TIMESPEC.unpack_from(blob)
-            return float(sec + nsec * 1e-9)
-    return time.time()
 
 
 def _told_time(announce: str | None) -> Callable[[], float]:
