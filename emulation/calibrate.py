@@ -18,15 +18,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from controller.sm.manager import SubnetManager
-from emulation import probe
+from emulation import fleet, probe
 from emulation.controlproc import ControllerProcess
 from emulation.headroom import CLEAN_LOSS, assess, snapshot
 from emulation.mesh import check_all_pairs
@@ -132,22 +130,12 @@ def measure_step(net: MininetFabric, pairs: list[tuple[str, str]], rate_pps: flo
              for i, (src, dst) in enumerate(pairs)]  # fmt: skip
     spec = {"flows": flows, "rate_pps": rate_pps, "seconds": seconds, "size": size_bytes, "bucket_s": 0.1,
             "grace_s": RECEIVE_GRACE_S}  # fmt: skip
-    fleet = subprocess.Popen([sys.executable, "-m", "emulation.fleet"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = fleet.launch(spec)
     try:
-        assert fleet.stdin is not None and fleet.stdout is not None
-        fleet.stdin.write(json.dumps(spec) + "\n")
-        fleet.stdin.flush()
-        if fleet.stdout.readline().strip() != "ready":
-            raise RuntimeError(
-                f"the probe fleet did not start: {fleet.communicate(timeout=30)[1].strip()[-300:]}"
-            )
-        out, err = fleet.communicate(f"{time.time() + probe.START_MARGIN_S!r}\n", timeout=seconds + 120)
-        if fleet.returncode != 0:
-            raise RuntimeError(f"the probe fleet failed: {err.strip()[-300:]}")
+        fleet.go(proc, time.time() + probe.START_MARGIN_S)
+        records = fleet.collect(proc, seconds + 120)
     finally:
-        probe.kill([fleet])
-    records = json.loads(out)
+        fleet.stop(proc)
     sent = sum(int(r["sent"]) for r in records["senders"])
     results = records["receivers"]
     received = sum(int(r["received"]) for r in results)

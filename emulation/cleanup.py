@@ -36,7 +36,7 @@ def clean(prefix: str | None = None) -> Cleaned:
             continue
         seen = True
         label = record.prefix or "(no prefix)"
-        if runfile.alive(record.pid):
+        if runfile.alive(record.pid, record.marker):
             result.running.append(f"{label} (pid {record.pid})")
             continue
         result.removed += leftovers(record.names)

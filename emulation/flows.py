@@ -12,6 +12,7 @@ is possible without a socket per port.
 from __future__ import annotations
 
 import bisect
+import math
 import random
 import socket
 import struct
@@ -72,12 +73,19 @@ def receiver_socket(port: int) -> tuple[socket.socket, bool]:
 class FlowSender:
     """`rate_pps` datagrams of `size` payload bytes a second on `sock` (from `sender_socket`), each at its
     jittered time.  `sport`: a fixed source port; `spray`: another one per packet (`traffic.entropy`,
-    from this offset); both need a raw socket."""
+    from this offset); both need a raw socket.  `start_s` / `duration_s`: when, after the run's start,
+    the flow begins and for how long it sends (None: until the run ends) — a scenario's flows come and go
+    while one process sends them all."""
 
     def __init__(self, sock: socket.socket, dst: str, port: int, rate_pps: float, size: int = 64,
-                 sport: int | None = None, spray: int | None = None) -> None:  # fmt: skip
+                 sport: int | None = None, spray: int | None = None, start_s: float = 0.0,
+                 duration_s: float | None = None, dscp: int = 0) -> None:  # fmt: skip
         if rate_pps <= 0:
             raise ValueError(f"rate_pps must be > 0, got {rate_pps}")
+        if start_s < 0 or (duration_s is not None and duration_s < 0):
+            raise ValueError(f"start_s and duration_s must be >= 0, got {start_s}, {duration_s}")
+        self.start_s, self.dscp = start_s, dscp  # dscp: reported; the socket marks the packets
+        self.stop_s = math.inf if duration_s is None else start_s + duration_s
         self.sock, self.rate_pps, self.size, self.spray = sock, rate_pps, size, spray
         self.entropy = "spray" if spray is not None else ("fixed" if sport is not None else "kernel")
         self.interval = 1.0 / rate_pps
@@ -138,35 +146,42 @@ class FlowSender:
             self.seq += count
         return self.seq - first
 
-    def result(self, dscp: int = 0) -> dict[str, Any]:
+    def result(self) -> dict[str, Any]:
         return {"sent": self.seq, "start": self.wall0, "rate_pps": self.rate_pps, "size": self.size,
-                "entropy": self.entropy, "send_errors": self.errors, "dscp": dscp,
+                "entropy": self.entropy, "send_errors": self.errors, "dscp": self.dscp,
                 "late_max_ms": round(self.late_s * 1000, 2)}  # fmt: skip
 
 
 def run_senders(senders: list[FlowSender], duration_s: float, start_at: float | None = None) -> None:
-    """Run `senders` together from `start_at` (wall clock; now if None) for `duration_s`.  Between
-    packets the loop sleeps until the next is due (at least 0.5 ms: a few packets per wake-up at high
-    rates), so a slow flow costs a few hundred wake-ups a second, not two thousand, and no core is burnt
-    busy-waiting (on a 2-core machine busy-waiting senders starve ovs-vswitchd's forwarding thread and
-    cause the loss they are meant to measure)."""
+    """Run `senders` together from `start_at` (wall clock; now if None) for `duration_s`, each in its own
+    window (`FlowSender.start_s`, `stop_s`).  Between packets the loop sleeps until the next is due (at
+    least 0.5 ms: a few packets per wake-up at high rates), so a slow flow costs a few hundred wake-ups a
+    second, not two thousand, and no core is burnt busy-waiting (on a 2-core machine busy-waiting senders
+    starve ovs-vswitchd's forwarding thread and cause the loss they are meant to measure)."""
     if start_at is not None:
         time.sleep(max(0.0, start_at - time.time()))
     wall0, start = time.time(), time.perf_counter()
     for sender in senders:
-        sender.wall0 = wall0
+        sender.wall0 = wall0 + sender.start_s
     end = start + duration_s
-    # when each flow's next packet is due: a tick looks at the flows whose time has come, not at all of
-    # them (1,024 flows at k=16: a Python call per flow per tick was most of a core)
-    due = np.array([sender.next_due() for sender in senders], dtype=np.float64)
+    starts = np.array([sender.start_s for sender in senders], dtype=np.float64)
+    stops = np.array([sender.stop_s for sender in senders], dtype=np.float64)
+    # when each flow's next packet is due (run time): a tick looks at the flows whose time has come, not
+    # at all of them (1,024 flows at k=16: a Python call per flow per tick was most of a core)
+    due = np.array([sender.next_due() for sender in senders], dtype=np.float64) + starts
+    due[due >= stops] = math.inf
     while True:
         now = time.perf_counter()
-        if now >= end:
+        if now >= end or not senders or math.isinf(float(due.min())):
             break
         elapsed = now - start
         for i in np.flatnonzero(due <= elapsed).tolist():
-            senders[i].send_due(elapsed)
-            due[i] = senders[i].next_due()
+            sender = senders[i]
+            # a flow sends what fell due inside its window, and not a packet after it
+            sender.send_due(min(elapsed, stops[i]) - starts[i])
+            due[i] = sender.next_due() + starts[i]
+            if due[i] >= stops[i]:
+                due[i] = math.inf
         wait = float(due.min()) - (time.perf_counter() - start)
         time.sleep(min(0.01, max(0.0005, wait)))
 

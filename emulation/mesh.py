@@ -82,6 +82,40 @@ def open_sockets(endpoints: Sequence[Endpoint]) -> list[socket.socket]:
     return sockets
 
 
+_PAIR = struct.Struct("!II")
+
+
+def probe_frame(dst_mac: int, src_mac: int, run_id: bytes, s: int, d: int) -> bytes:
+    """The minimum Ethernet frame a check sends from host index `s` to host index `d`."""
+    header = struct.pack("!H", ETH_TYPE_PROBE) + _MAGIC + run_id
+    body = dst_mac.to_bytes(6, "big") + src_mac.to_bytes(6, "big") + header + _PAIR.pack(s, d)
+    return body + bytes(60 - len(body))
+
+
+def probe_pair(data: bytes, run_id: bytes) -> tuple[int, int] | None:
+    """(s, d) of a check's frame of this run, else None (stray traffic never counts)."""
+    if len(data) >= 32 and data[14:20] == _MAGIC and data[20:24] == run_id:
+        pair: tuple[int, int] = _PAIR.unpack_from(data, 24)
+        return pair
+    return None
+
+
+def arrivals(selector: selectors.BaseSelector, timeout_s: float, run_id: bytes) -> Iterator[tuple[int, int]]:
+    """(s, d) of every frame of this run waiting on `selector`'s sockets (each registered with its host's
+    index as data) that reached the host it was sent to, waiting up to `timeout_s` for the first."""
+    for key, _ in selector.select(timeout_s):
+        sock, receiver = key.fileobj, key.data
+        assert isinstance(sock, socket.socket)
+        while True:
+            try:
+                data = sock.recv(128)
+            except BlockingIOError:
+                break
+            pair = probe_pair(data, run_id)
+            if pair is not None and pair[1] == receiver:
+                yield pair
+
+
 def first_round(n: int, burst: int) -> Iterator[tuple[int, int]]:
     """Every ordered pair of `n` hosts once, as (src, dst): shifts `k0 .. k0+burst-1` from each host in
     turn (a host's frames of one burst back to back), for k0 = 1, 1+burst, ..."""
@@ -121,26 +155,12 @@ def check_all_pairs(
     if budget_s is None:
         budget_s = 30.0 + n * (n - 1) / 20000
     missing = {(s, d) for s in range(n) for d in range(n) if s != d}
-    macs = [ep.mac.to_bytes(6, "big") for ep in endpoints]
-    header = struct.pack("!H", ETH_TYPE_PROBE) + _MAGIC + run_id
-    pack_pair = struct.Struct("!II").pack
-    padding = bytes(60 - 12 - len(header) - 8)
+    macs = [ep.mac for ep in endpoints]
     started = time.monotonic()
     selector = selectors.DefaultSelector()
 
     def drain(timeout_s: float) -> None:
-        for key, _ in selector.select(timeout_s):
-            sock, receiver = key.fileobj, key.data
-            assert isinstance(sock, socket.socket)
-            while True:
-                try:
-                    data = sock.recv(128)
-                except BlockingIOError:
-                    break
-                if len(data) >= 32 and data[14:20] == _MAGIC and data[20:24] == run_id:
-                    src, dst = struct.unpack_from("!II", data, 24)
-                    if dst == receiver:
-                        missing.discard((src, dst))
+        missing.difference_update(arrivals(selector, timeout_s, run_id))
 
     try:
         for i, sock in enumerate(sockets):
@@ -157,7 +177,7 @@ def check_all_pairs(
             else:
                 order = sorted(missing, key=lambda p: ((p[1] - p[0]) % n, p[0]))
             for sent, (s, d) in enumerate(order, 1):
-                frame = macs[d] + macs[s] + header + pack_pair(s, d) + padding
+                frame = probe_frame(macs[d], macs[s], run_id, s, d)
                 try:
                     sockets[s].send(frame)
                 except BlockingIOError:
@@ -179,4 +199,12 @@ def check_all_pairs(
     return {(names[s], names[d]): (s, d) not in missing for s in range(n) for d in range(n) if s != d}
 
 
-__all__ = ["ETH_TYPE_PROBE", "Endpoint", "check_all_pairs", "first_round", "open_sockets"]
+__all__ = [
+    "ETH_TYPE_PROBE",
+    "Endpoint",
+    "check_all_pairs",
+    "first_round",
+    "open_sockets",
+    "probe_frame",
+    "probe_pair",
+]

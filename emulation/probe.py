@@ -35,7 +35,8 @@ thread and cause the loss they are meant to measure).
 
 Both ends move many datagrams per system call (`emulation.mmsg`) and the receiver reads what arrived every
 millisecond instead of waking for each packet; the flow logic is `emulation.flows`, shared with the fleet
-that runs every flow of a calibration step from two processes (`emulation.fleet`).
+(`emulation.fleet`) that sends and receives every flow of a calibration step or a scenario run from two
+processes.  This command remains for a single flow by hand and for the benchmarks' own probes.
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def send(
     `size` is the UDP payload.  With `sport` or `spray` (an offset into the spray sequence) the UDP header
     is ours: a fixed source port, or another one for every packet."""
     sock = flows.sender_socket(dst, port, sport is not None or spray is not None, dscp)
-    sender = flows.FlowSender(sock, dst, port, rate_pps, size, sport, spray)
+    sender = flows.FlowSender(sock, dst, port, rate_pps, size, sport, spray, dscp=dscp)
     flows.run_senders([sender], duration_s, go() if go is not None else None)
-    return sender.result(dscp)
+    return sender.result()
 
 
 def receive(
@@ -135,48 +136,6 @@ def release(procs: Iterable[subprocess.Popen[str]], at: float) -> None:
             with contextlib.suppress(BrokenPipeError, OSError):  # a probe that died reports its own error
                 proc.stdin.write(f"{at!r}\n")
                 proc.stdin.flush()
-
-
-#: How a run starts probes that wait to be told (`release`): their stdin to tell them, their stdout to read.
-PIPES: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
-
-
-def recv_argv(port: int, cap_s: float) -> list[str]:
-    """A receiver that stops when `release`d (`--wait-end`), at the latest `cap_s` after it starts."""
-    return [sys.executable, "-m", "emulation.probe", "recv", str(port), str(cap_s), "0.1", "--wait-end"]
-
-
-def send_argv(
-    dst: str,
-    port: int,
-    rate_pps: float,
-    duration_s: float,
-    size_bytes: int,
-    sport: int | None = None,
-    spray: int | None = None,
-    dscp: int | None = None,
-) -> list[str]:
-    """A sender that starts when `release`d (`--wait-go`)."""
-    argv = [sys.executable, "-m", "emulation.probe", "send", dst, str(port), str(rate_pps), str(duration_s),
-            str(size_bytes), "--wait-go"]  # fmt: skip
-    argv += ["--sport", str(sport)] if sport is not None else []
-    argv += ["--spray", str(spray)] if spray is not None else []
-    argv += ["--dscp", str(dscp)] if dscp is not None else []
-    return argv
-
-
-def await_ready(procs: Iterable[subprocess.Popen[str]]) -> None:
-    """Every probe has opened its socket and said so."""
-    for proc in procs:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-
-
-def kill(procs: Iterable[subprocess.Popen[str]]) -> None:
-    """Probes still running (a run that stopped before telling them when to stop)."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def main(argv: list[str]) -> int:

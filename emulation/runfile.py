@@ -29,15 +29,20 @@ class RunRecord:
     pid: int
     controller_pid: int | None = None
     started: float = 0.0
+    #: One machine's part of a run spread over several (`emulation.shardhost`): its own record beside the
+    #: run's, named after it, so that two parts on one machine (tests) do not overwrite each other.
+    part: str = ""
+    #: What `pid`'s command line contains while the run lives (a Dask worker's does not say fabriclab).
+    marker: str = "fabriclab"
 
 
-def path_of(prefix: str) -> Path:
-    return RUN_DIR / f"{prefix or 'noprefix'}.json"
+def path_of(prefix: str, part: str = "") -> Path:
+    return RUN_DIR / f"{prefix or 'noprefix'}{'@' + part if part else ''}.json"
 
 
 def write(record: RunRecord) -> Path:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
-    path = path_of(record.prefix)
+    path = path_of(record.prefix, record.part)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(record)))
     tmp.replace(path)
@@ -52,9 +57,9 @@ def read(path: Path) -> RunRecord | None:
         return None
 
 
-def discard(prefix: str) -> None:
+def discard(prefix: str, part: str = "") -> None:
     with contextlib.suppress(FileNotFoundError):
-        path_of(prefix).unlink()
+        path_of(prefix, part).unlink()
 
 
 def records() -> list[tuple[Path, RunRecord]]:

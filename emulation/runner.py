@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +20,7 @@ from typing import Any
 
 from controller.formats.partitions_file import load_partitions
 from controller.sm.manager import SubnetManager
-from emulation import ccrun, isolation, probe, rocerun
+from emulation import ccrun, fleet, isolation, probe, rocerun
 from emulation.controlproc import ControllerProcess
 from emulation.headroom import (
     TxBufferSampler,
@@ -290,72 +288,63 @@ def _send_and_measure(
     progress, work = where
     total = spec.duration_s + spec.settle_s
     rocerun.start(roce, net, work, total + 1.0)
-    # Every probe is started and ready before the run's clock starts, and told when to start (senders) and
-    # stop (receivers): a flow that started when its process did began late by however long Python took to
-    # start on a loaded machine, and a receiver timed from its own start stopped before the late flows
-    # ended (`emulation.probe`).
-    receivers: dict[str, subprocess.Popen[str]] = {}
+    # Every flow's socket is open before the run's clock starts, and one fleet process sends them all, each
+    # in its window, and receives them all (`emulation.fleet`): sixteen sender processes fell ~90 ms behind
+    # their schedules at 420 pkt/s each on a 2-core machine, and a process started per flow began late by
+    # however long Python took to start.
     ip_of = {host: ip for (host, _), (_, ip) in sorted(net.addresses.items(), reverse=True)}
-    senders: dict[str, subprocess.Popen[str]] = {}
-    try:
-        for i, flow in enumerate(flows):
-            argv = probe.recv_argv(BASE_PORT + i, total + 600.0)
-            receivers[flow.name] = net.popen(flow.dst, argv, stderr=subprocess.DEVNULL, **probe.PIPES)
-        probe.await_ready(receivers.values())
-        for i, flow in enumerate(flows):
-            argv = probe.send_argv(ip_of[flow.dst], BASE_PORT + i, flow.rate_pps, flow.duration_s,
-                                   flow.size_bytes, flow.sport, flow.spray, flow.dscp)  # fmt: skip
-            senders[flow.name] = net.popen(flow.src, argv, **probe.PIPES)
-        probe.await_ready(senders.values())
-    except BaseException:  # nothing told them when to stop: stop them here
-        probe.kill([*receivers.values(), *senders.values()])
-        raise
-    faults = sorted(spec.faults, key=lambda f: f.at_s)
-    fault_log: list[dict[str, Any]] = []
-    samples: list[tuple[float, list[dict[str, Any]]]] = []
-    poller_stop = threading.Event()
+    netns = {ep.name: ep.netns for ep in net.endpoints()}
+    plan = [{"src_netns": netns[flow.src], "dst_netns": netns[flow.dst], "dst": ip_of[flow.dst],
+             "port": BASE_PORT + i, "rate_pps": flow.rate_pps, "size": flow.size_bytes, "sport": flow.sport,
+             "spray": flow.spray, "dscp": flow.dscp, "start_s": flow.start_s, "duration_s": flow.duration_s}
+            for i, flow in enumerate(flows)]  # fmt: skip
+    with fleet.running({"flows": plan, "seconds": total, "bucket_s": 0.1, "grace_s": 1.0}) as probes:
+        faults = sorted(spec.faults, key=lambda f: f.at_s)
+        fault_log: list[dict[str, Any]] = []
+        samples: list[tuple[float, list[dict[str, Any]]]] = []
+        poller_stop = threading.Event()
 
-    def poll() -> None:
-        while not poller_stop.is_set():
-            with contextlib.suppress(Exception):  # a missed sample is a gap in the plot, not a failed run
-                links = ctl.get("links?counters=true")
-                at = next((lk["counters_at"] for lk in links if lk.get("counters_at")), None)
-                if at is not None and (not samples or at > samples[-1][0]):  # the controller polled anew
-                    samples.append((at, links))
-            poller_stop.wait(spec.poll_interval_s / 2)
+        def poll() -> None:
+            while not poller_stop.is_set():
+                with contextlib.suppress(Exception):  # a missed sample is a gap in the plot, not a failed run
+                    links = ctl.get("links?counters=true")
+                    at = next((lk["counters_at"] for lk in links if lk.get("counters_at")), None)
+                    if at is not None and (not samples or at > samples[-1][0]):  # the controller polled anew
+                        samples.append((at, links))
+                poller_stop.wait(spec.poll_interval_s / 2)
 
-    poller = threading.Thread(target=poll, name="counters", daemon=True)
-    wall0 = time.time() + probe.START_MARGIN_S
-    for flow in flows:
-        probe.release([senders[flow.name]], wall0 + flow.start_s)
-    probe.release(receivers.values(), wall0 + total + 1.0)
-    rocerun.go(roce, wall0)
-    time.sleep(max(0.0, wall0 - time.time()))
-    t0 = time.monotonic()
-    poller.start()
-    while True:
-        now = time.monotonic() - t0
-        while faults and faults[0].at_s <= now:
-            fault = faults.pop(0)
-            target = fault.port or fault.switch or ""
-            at = time.time()
-            if fault.action.startswith("link"):
-                node, _, port = target.rpartition(":")
-                net.set_link(node, int(port), up=fault.action == "link_up")
-            else:
-                net.set_switch(target, up=fault.action == "switch_up")
-            fault_log.append({"at_s": fault.at_s, "action": fault.action, "target": target, "wall": at})
-        if now >= total:
-            break
-        if not flows and not faults and rocerun.all_finished(roce):
-            # RoCE work only, all of it done: waiting out `duration_s` would measure nothing more
-            progress(0.95, f"t={now:5.1f} s: every RoCE agent finished")
-            break
-        progress(0.1 + 0.85 * now / total, f"t={now:5.1f}/{total:.1f} s")
-        time.sleep(min(0.05, max(0.0, total - now)))
-    poller_stop.set()
-    sent = {name: json.loads(p.communicate(timeout=60)[0]) for name, p in senders.items()}
-    received = {name: json.loads(p.communicate(timeout=60)[0]) for name, p in receivers.items()}
+        poller = threading.Thread(target=poll, name="counters", daemon=True)
+        wall0 = time.time() + probe.START_MARGIN_S
+        if probes is not None:
+            fleet.go(probes, wall0)
+        rocerun.go(roce, wall0)
+        time.sleep(max(0.0, wall0 - time.time()))
+        t0 = time.monotonic()
+        poller.start()
+        while True:
+            now = time.monotonic() - t0
+            while faults and faults[0].at_s <= now:
+                fault = faults.pop(0)
+                target = fault.port or fault.switch or ""
+                at = time.time()
+                if fault.action.startswith("link"):
+                    node, _, port = target.rpartition(":")
+                    net.set_link(node, int(port), up=fault.action == "link_up")
+                else:
+                    net.set_switch(target, up=fault.action == "switch_up")
+                fault_log.append({"at_s": fault.at_s, "action": fault.action, "target": target, "wall": at})
+            if now >= total:
+                break
+            if not flows and not faults and rocerun.all_finished(roce):
+                # RoCE work only, all of it done: waiting out `duration_s` would measure nothing more
+                progress(0.95, f"t={now:5.1f} s: every RoCE agent finished")
+                break
+            progress(0.1 + 0.85 * now / total, f"t={now:5.1f}/{total:.1f} s")
+            time.sleep(min(0.05, max(0.0, total - now)))
+        poller_stop.set()
+        records = fleet.collect(probes, 60) if probes is not None else {"senders": [], "receivers": []}
+        sent = {flow.name: r for flow, r in zip(flows, records["senders"], strict=True)}
+        received = {flow.name: r for flow, r in zip(flows, records["receivers"], strict=True)}
     poller.join(5)
     roce_result = rocerun.finish(roce)
     return {

@@ -21,6 +21,7 @@ from controller.httpguard import BackgroundServer, page_origins, serve_in_thread
 from controller.rest.client import ControllerClient
 from controller.sm.manager import SubnetManager
 from emulation import ccrun, runfile
+from emulation.cluster import ClusterFabric
 from emulation.controlproc import ControllerProcess
 from emulation.ecnmark import EcnMarker
 from emulation.lifecycle import deferred, raise_if_stopped
@@ -73,9 +74,13 @@ class UpOptions:
     ports: str = "system"
     #: `--cc dcqcn`: ECN marking with this profile at every shaped switch egress (`emulation.ccrun`).
     dcqcn: DcqcnParams | None = None
+    #: `--dask ADDRESS`: shards on the Dask workers with the `fabriclab-emu` resource (`emulation.cluster`).
+    dask: str | None = None
+    #: The address the workers dial the controller at (default: this machine's route to the scheduler).
+    openflow_advertise: str | None = None
 
 
-def apply_fault(net: MininetFabric, action: str, target: str) -> str:
+def apply_fault(net: MininetFabric | ClusterFabric, action: str, target: str) -> str:
     """One fault on the running fabric; returns what was done, with the time (for the user's record)."""
     if action in ("link_down", "link_up"):
         node, _, port = target.rpartition(":")
@@ -111,8 +116,11 @@ def interactive(net: MininetFabric) -> None:
     FabricCLI(net.net)
 
 
-def switch_ports(net: MininetFabric) -> list[SwitchPort]:
-    """Every cabled switch port with its interface in this namespace (what the emulator's metrics read)."""
+def switch_ports(net: MininetFabric | ClusterFabric) -> list[SwitchPort]:
+    """Every cabled switch port with its interface in this namespace (what the emulator's metrics read);
+    none for a fabric on other machines."""
+    if isinstance(net, ClusterFabric):
+        return []
     tiers = Tiers(net.fabric)
     return [
         SwitchPort(ref.node, ref.port, tiers.of(ref.node), net.intf_name(ref.node, ref.port))
@@ -122,7 +130,7 @@ def switch_ports(net: MininetFabric) -> list[SwitchPort]:
 
 
 def serve_faults(
-    net: MininetFabric,
+    net: MininetFabric | ClusterFabric,
     summary: dict[str, Any],
     address: Address,
     token: str | None,
@@ -136,18 +144,21 @@ def serve_faults(
 
     registry, _ = emulator_registry(switch_ports(net), headroom, net.switch_daemons())
     origins = page_origins(*controller_api) if controller_api is not None else []
-    counters = net.qos_counters if net.qos is not None else None
+    counters = net.qos_counters if isinstance(net, MininetFabric) and net.qos is not None else None
     app = create_app(lambda action, target: apply_fault(net, action, target), summary, token, address,
                      registry, origins, qos_counters=counters)  # fmt: skip
     return serve_in_thread(app, address, "emulator-api", "--emu-api")
 
 
-def wait_for_signal(say: Callable[[str], None]) -> None:
+def wait_for_signal(say: Callable[[str], None], check: Callable[[], None] | None = None) -> None:
+    """Until a signal (`Stopped`) or, with `check`, until it raises (a cluster's lost worker)."""
     raise_if_stopped()
     say("running; Ctrl-C or SIGTERM to stop")
     while True:  # ends with Stopped from the signal handler (see emulation.lifecycle)
         time.sleep(0.5)
         raise_if_stopped()
+        if check is not None:
+            check()
 
 
 def run_prefix(options: UpOptions) -> str:
@@ -174,8 +185,12 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
     qos = load_policy(options.qos, fabric) if options.qos is not None else None
     kwargs: dict[str, Any] = {"scale": options.scale, "mtu": options.mtu, "name_prefix": prefix, "qos": qos,
                               "ports": options.ports}  # fmt: skip
-    if options.shards > 1 or options.shard_cables == "patch":
-        net: MininetFabric = ShardedFabric(fabric, addresses, options.shards, options.crossing,
+    net: MininetFabric | ClusterFabric
+    if options.dask is not None:
+        net = ClusterFabric(fabric, addresses, options.shards, options.dask, options.openflow_advertise,
+                            prefix, options.mtu, options.shard_cables)  # fmt: skip
+    elif options.shards > 1 or options.shard_cables == "patch":
+        net = ShardedFabric(fabric, addresses, options.shards, options.crossing,
                                            options.shard_cables, **kwargs)  # fmt: skip
     else:
         net = MininetFabric(fabric, addresses, shells=options.interactive, **kwargs)
@@ -185,7 +200,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
         target = options.controller
         if target is None:
             (api_host, api_port), (of_host, of_port) = options.api, options.openflow
-            if isinstance(net, ShardedFabric):  # the shards reach it on their management network
+            if isinstance(net, ShardedFabric | ClusterFabric):  # the shards reach it on their network
                 of_host = net.prepare_control()
             scaled = ["--capacity-scale", str(options.scale)] if options.scale is not None else []
             ctl = ControllerProcess(options.topology.resolve(), Path(".fabriclab-state"),
@@ -211,18 +226,21 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
             else:  # lightnet can: a signal stops the build where it is, teardown removes by name
                 net.start()
             raise_if_stopped()
-            built = "sharded fabric" if isinstance(net, ShardedFabric) else "Mininet"
+            built = "sharded fabric" if isinstance(net, ShardedFabric | ClusterFabric) else "Mininet"
             say(f"fabric: {fabric.summary()}; {built} up in {time.perf_counter() - start:.1f} s")
-            if isinstance(net, ShardedFabric):
+            if isinstance(net, ShardedFabric | ClusterFabric):
                 say(net.describe())
-            if options.ports != "system":
+            if options.ports != "system" and isinstance(net, MininetFabric):
                 say(f"switch ports: {net.port_choice.describe()}")
             client = ctl or (ControllerClient(*options.controller_api) if options.controller_api else None)
             if client is not None:
                 client.ready(len(fabric.switches), timeout_s=options.ready_timeout_s)
                 say(f"tables installed on every switch at {time.perf_counter() - start:.1f} s")
             raise_if_stopped()
-            pairs = check_all_pairs(net.endpoints())
+            if isinstance(net, ClusterFabric):  # sent and received where the hosts are
+                pairs = net.check_all_pairs()
+            else:
+                pairs = check_all_pairs(net.endpoints())
             ok = sum(pairs.values())
             say(f"all pairs: {ok}/{len(pairs)} reachable, verified at {time.perf_counter() - start:.1f} s")
             summary = {
@@ -233,7 +251,7 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                 "pairs_reachable": ok,
                 "verified_s": round(time.perf_counter() - start, 3),
             }
-            if options.dcqcn is not None and options.scale is not None:
+            if options.dcqcn is not None and options.scale is not None and isinstance(net, MininetFabric):
                 p = options.dcqcn
                 markers = ccrun.attach_markers(
                     fabric, net, options.scale, p, max(p.kmax_bytes, UP_BUFFER_BYTES)
@@ -248,10 +266,10 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
                 f'"target": "leaf1:3"}}); summary: GET http://{host}:{port}/api/v1/emulation; '
                 f"metrics: http://{host}:{port}/metrics"
             )
-            if options.interactive:
+            if options.interactive and isinstance(net, MininetFabric):
                 interactive(net)
             else:
-                wait_for_signal(say)
+                wait_for_signal(say, net.check if isinstance(net, ClusterFabric) else None)
         finally:
             if server is not None:
                 server.stop()

@@ -23,16 +23,18 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Container, Mapping
 from typing import Any
 
 from emulation import lightnet, ovsdb
 from emulation.headroom import HostNs
 from emulation.hostconf import HostConfigError, HostIntf, configure_hosts
+from emulation.mesh import Endpoint
 from emulation.metrics import SwitchDaemon
 from emulation.mnfabric import LOG, EmulationError, MininetFabric, listening
 from emulation.shards import (
     CROSSINGS,
+    VXLAN_PORT,
     ControlHub,
     ShardDaemons,
     ShardError,
@@ -44,6 +46,9 @@ from emulation.shards import (
     vxlan_line,
 )
 from topologies.model import Fabric, Link
+
+#: One machine's part: the socket in each shard's run directory its bridges dial (`emulation.shardhost`).
+RELAY_SOCKET = "controller.sock"
 
 
 def veth_ports(ports: list[tuple[str, int]], not_veths: Container[str]) -> list[str]:
@@ -59,13 +64,22 @@ class ShardedFabric(MininetFabric):
         shards: int,
         crossing: str = "veth",
         cables: str = "auto",
+        *,
+        local: Collection[int] | None = None,
+        underlay: Mapping[int, str] | None = None,
         **kwargs: Any,
     ) -> None:
         """`shards` ovs-vswitchd instances; `crossing`: what a cable between two shards is — `veth`
         (one machine) or `vxlan` (a tunnel over an underlay, as between machines); `cables`: what a cable
         between two switches of one shard is — `patch` (OVS patch ports), `veth`, or `auto` (patch unless
         links are shaped).  Needs a name prefix (every name is the run's); Mininet's shells are not
-        supported on shards.  QoS queues sit on the switch ports in their shards' namespaces."""
+        supported on shards.  QoS queues sit on the switch ports in their shards' namespaces.
+
+        `local` / `underlay`: one machine's part of a fabric spread over several (`emulation.shardhost`):
+        only the shards in `local` are built here, with their hosts; a cable to a shard elsewhere is a
+        VXLAN device between the two machines' underlay addresses (`underlay`: shard -> IP), made in this
+        machine's namespace (its socket stays there) and moved into the shard's.  The bridges dial
+        `controller` as given (a relay's `unix:` socket: a shard's namespace has no route out)."""
         if kwargs.get("shells"):
             raise EmulationError("a sharded fabric is built without Mininet's shells (no --cli)")
         if not kwargs.get("name_prefix"):
@@ -78,6 +92,21 @@ class ShardedFabric(MininetFabric):
         except ValueError as exc:
             raise EmulationError(f"shards: {exc}") from None
         self.crossing = crossing
+        self.partial = local is not None
+        self.local = frozenset(range(shards) if local is None else local)
+        self.underlay = dict(underlay or {})
+        if self.partial:
+            if crossing != "vxlan":
+                raise EmulationError("a fabric spread over machines crosses between them with vxlan")
+            if not self.local <= set(range(shards)):
+                raise EmulationError(f"local shards {sorted(self.local)}: only 0..{shards - 1} exist")
+            if kwargs.get("scale") is not None or kwargs.get("qos") is not None:
+                raise EmulationError(
+                    "a fabric spread over machines is unshaped for now (no --scale, no --qos)"
+                )
+            missing = [i for i in range(shards) if i not in self.underlay]
+            if missing:
+                raise EmulationError(f"no underlay address for shards {missing}")
         try:
             patch = uses_patch(cables, shaped=kwargs.get("scale") is not None)
         except ValueError as exc:
@@ -104,24 +133,54 @@ class ShardedFabric(MininetFabric):
 
     @property
     def node_names(self) -> list[str]:
+        if self.partial:
+            return [*(self.names[h] for h in self.local_hosts()), *self.local_shard_names()]
         extra = [*self.shard_names, self.hub_name] + (
             [self.underlay_name] if self.crossing == "vxlan" else []
         )
         return [*self.names.values(), *extra]
+
+    def local_hosts(self) -> list[str]:
+        """The hosts built here (topology names): all of them, or one machine's part."""
+        return [h.name for h in self.fabric.hosts if self.plan.shard_of[h.name] in self.local]
+
+    def local_shard_names(self) -> list[str]:
+        return [ns for i, ns in enumerate(self.shard_names) if i in self.local]
+
+    def controller_of(self, shard: int) -> str:
+        """The controller target of a shard's bridges: the run's, or for one machine's part the relay's
+        socket in the shard's run directory (ovs-vswitchd dials unix sockets only there)."""
+        if self.partial:
+            return f"unix:{self.daemons[shard].dir / RELAY_SOCKET}"
+        return self.controller
+
+    def _local_daemons(self) -> list[ShardDaemons]:
+        return [d for i, d in enumerate(self.daemons) if i in self.local]
+
+    def headroom_hosts(self) -> list[HostNs]:
+        return [HostNs(self.names[h], lightnet.netns_of(self.names[h])) for h in self.local_hosts()]
+
+    def endpoints(self) -> list[Endpoint]:
+        """The hosts built here, each with its namespace, interface and MAC."""
+        from controller.sm.addressing import parse_mac  # noqa: PLC0415
+
+        ours = set(self.local_hosts())
+        return [Endpoint(host, self.netns(host), self.intf_name(host, port), parse_mac(mac))
+                for (host, port), (mac, _) in sorted(self.addresses.items()) if host in ours]  # fmt: skip
 
     def shard_ns(self, node: str) -> str:
         """The shard namespace holding a switch (topology name)."""
         return self.shard_names[self.plan.shard_of[node]]
 
     def switch_namespaces(self) -> list[HostNs]:
-        return [HostNs(ns, lightnet.netns_of(ns)) for ns in self.shard_names]
+        return [HostNs(ns, lightnet.netns_of(ns)) for ns in self.local_shard_names()]
 
     def switch_daemons(self) -> list[SwitchDaemon]:
         return [SwitchDaemon(d.netns, d.dir / "ovs-vswitchd.pid", str(d.dir / "ovs-vswitchd.ctl"))
-                for d in self.daemons]  # fmt: skip
+                for d in self._local_daemons()]  # fmt: skip
 
     def xsk_dbs(self) -> list[str | None]:
-        return [d.db for d in self.daemons] if self.port_choice.kind == "afxdp" else []
+        return [d.db for d in self._local_daemons()] if self.port_choice.kind == "afxdp" else []
 
     def switch_port_netns(self, intf: str) -> str | None:
         """A switch port lives in its switch's shard namespace."""
@@ -144,7 +203,7 @@ class ShardedFabric(MininetFabric):
                 f"{self.crossing}{inside}")  # fmt: skip
 
     def vswitchd_pids(self) -> list[int]:
-        return [pid for d in self.daemons if (pid := d.vswitchd_pid) is not None]
+        return [pid for d in self._local_daemons() if (pid := d.vswitchd_pid) is not None]
 
     # --- lifecycle ---------------------------------------------------------------------------------------
 
@@ -159,10 +218,15 @@ class ShardedFabric(MininetFabric):
 
     def _start_light(self) -> None:
         start = time.perf_counter()
-        proto, host, port = self.controller.split(":")
-        if proto != "tcp":
+        proto, *where = self.controller.split(":")
+        if self.partial:
+            if proto != "unix":
+                raise EmulationError(
+                    f"controller {self.controller!r}: one machine's part dials a unix: relay"
+                )
+        elif proto != "tcp":
             raise EmulationError(f"controller {self.controller!r}: only tcp:HOST:PORT is supported")
-        if self.hub is None or host != self.hub.controller_ip:
+        elif self.hub is None or where[0] != self.hub.controller_ip:
             raise EmulationError("a sharded fabric's controller listens on prepare_control()'s address")
 
         def step(name: str) -> None:
@@ -170,15 +234,15 @@ class ShardedFabric(MininetFabric):
 
         self.net = self
         try:
-            ip_batch([f"netns add {ns}" for ns in self.shard_names])
-            for ns in self.shard_names:
+            ip_batch([f"netns add {ns}" for ns in self.local_shard_names()])
+            for ns in self.local_shard_names():
                 ip_batch(["link set lo up"], ns)
-            for daemon in self.daemons:
+            for daemon in self._local_daemons():
                 daemon.start()
             step("daemons_s")
             setup = self._links()
             step("links_s")
-            if not listening(host, int(port)):
+            if proto == "tcp" and not listening(where[0], int(where[1])):
                 LOG.warning("nothing accepts connections at %s yet; switches keep trying", self.controller)
             self._bridges_and_hosts(setup, step)
             self.timings["mininet_build_s"] = time.perf_counter() - start
@@ -194,22 +258,40 @@ class ShardedFabric(MininetFabric):
     def _links(self) -> list[HostIntf]:
         """Every namespace and cable; returns each host's configuration lines."""
         fabric, mtu = self.fabric, self.mtu
-        hosts = [self.names[h.name] for h in fabric.hosts]
+        hosts = [self.names[h] for h in self.local_hosts()]
         self._hosts = {name: lightnet.LightHost(name) for name in hosts}
-        assert self.hub is not None
-        root = [f"netns add {h}" for h in hosts] + self.hub.root_lines(self.shard_names)
-        per_ns: dict[str, list[str]] = {ns: self.hub.shard_lines(i) for i, ns in enumerate(self.shard_names)}
-        if self.crossing == "vxlan":
+        root = [f"netns add {h}" for h in hosts]
+        per_ns: dict[str, list[str]] = {ns: [] for ns in self.local_shard_names()}
+        if self.hub is not None:
+            root += self.hub.root_lines(self.shard_names)
+            per_ns = {ns: self.hub.shard_lines(i) for i, ns in enumerate(self.shard_names)}
+        if self.crossing == "vxlan" and not self.partial:
             under_root, under_ns = underlay_lines(self.underlay_name, self.shard_names)
             root += under_root
             for ns, lines in under_ns.items():
                 per_ns.setdefault(ns, []).extend(lines)
         setup: list[HostIntf] = []
-        up: dict[str, list[str]] = {ns: [] for ns in self.shard_names}
+        up: dict[str, list[str]] = {ns: [] for ns in self.local_shard_names()}
         for vni, link in enumerate(fabric.links, 1):
             a, b = sorted((link.a, link.b), key=lambda e: fabric.nodes[e.node].is_host)  # switch end first
             if (a.node, a.port) in self.patched:
                 continue  # two patch ports, written with the bridges
+            here = [
+                e
+                for e in (a, b)
+                if fabric.nodes[e.node].is_switch and self.plan.shard_of[e.node] in self.local
+            ]
+            if not here:
+                continue  # another machine's cable
+            if self.partial and len(here) == 1 and fabric.nodes[b.node].is_switch:  # to another machine
+                end, other = (a, b) if here[0] is a else (b, a)
+                intf, ns = self.intf_name(end.node, end.port), self.shard_ns(end.node)
+                mine, theirs = self.plan.shard_of[end.node], self.plan.shard_of[other.node]
+                root += [f"link add {intf} mtu {mtu} type vxlan id {vni} local {self.underlay[mine]} "
+                         f"remote {self.underlay[theirs]} dstport {VXLAN_PORT} nolearning",
+                         f"link set {intf} netns {ns}"]  # fmt: skip
+                up[ns].append(intf)
+                continue
             a_intf, a_ns = self.intf_name(a.node, a.port), self.shard_ns(a.node)
             up[a_ns].append(a_intf)
             if fabric.nodes[b.node].is_host:
@@ -223,7 +305,7 @@ class ShardedFabric(MininetFabric):
                 continue
             b_intf, b_ns = self.intf_name(b.node, b.port), self.shard_ns(b.node)
             up[b_ns].append(b_intf)
-            if a_ns == b_ns or self.crossing == "veth":
+            if a_ns == b_ns or self.crossing == "veth" or self.partial:  # partial: both shards here
                 root.append(f"link add {a_intf} netns {a_ns} mtu {mtu} type veth peer name {b_intf} "
                             f"netns {b_ns} mtu {mtu}")  # fmt: skip
             else:
@@ -233,7 +315,8 @@ class ShardedFabric(MininetFabric):
         ip_batch(root)
         for ns, lines in per_ns.items():
             ends = [f"link set {n} addrgenmode none\nlink set {n} up" for n in up.get(ns, [])]
-            ip_batch(lines + ends, ns)
+            if lines or ends:
+                ip_batch(lines + ends, ns)
         return setup
 
     def _bridges_and_hosts(self, setup: list[HostIntf], step: Any) -> None:
@@ -257,9 +340,11 @@ class ShardedFabric(MininetFabric):
         specs: list[list[ovsdb.BridgeSpec]] = []
         try:
             for i, daemon in enumerate(self.daemons):
+                if i not in self.local:
+                    continue
                 bridges = [
                     ovsdb.BridgeSpec(self.names[s.name], s.guid, sorted(ports[s.name], key=lambda p: p[1]),
-                                     self.controller, self.inactivity_probe_ms,
+                                     self.controller_of(i), self.inactivity_probe_ms,
                                      {"dp-desc": self.names[s.name]}, patches[s.name],
                                      self.fast_ports(veth_ports(ports[s.name], {*patches[s.name], *tunnels}),
                                                      daemon.db))
@@ -275,7 +360,7 @@ class ShardedFabric(MininetFabric):
             for conn, bridges in zip(conns, specs, strict=True):  # every cable up: now dial the controller
                 conn.transact(ovsdb.controller_operations(bridges))
             deadline = time.monotonic() + 300
-            for daemon, conn in zip(self.daemons, conns, strict=True):
+            for daemon, conn in zip(self._local_daemons(), conns, strict=True):
                 while not conn.applied():
                     daemon.check()
                     if time.monotonic() > deadline:
@@ -308,12 +393,13 @@ class ShardedFabric(MininetFabric):
             return
         self.net = None
         self.qos_devices = []  # IFBs are in the shards' namespaces, deleted with them below
-        for daemon in self.daemons:
+        for daemon in self._local_daemons():
             daemon.kill()
-        for daemon in self.daemons:
+        for daemon in self._local_daemons():
             daemon.stop()
         present = set(lightnet.namespaces())
-        names = [*self.names.values(), *self.shard_names, self.underlay_name]
+        names = (self.node_names if self.partial  # another machine's namespaces are not ours to delete
+                 else [*self.names.values(), *self.shard_names, self.underlay_name])  # fmt: skip
         lines = [f"netns del {n}" for n in names if n in present]
         if self.hub_name in lightnet.root_links():
             lines.append(f"link del {self.hub_name}")
@@ -335,10 +421,13 @@ class ShardedFabric(MininetFabric):
         switch_ends = [(n, p) for n, p in ends if self.fabric.nodes[n].is_switch]
         tunnel = self.crossing == "vxlan" and len({self.shard_ns(n) for n, _ in switch_ends}) == 2
         state = "up" if up else "down"
-        for n, p in switch_ends if tunnel else switch_ends[:1]:
+        ends = switch_ends if tunnel else switch_ends[:1]
+        if self.partial:  # the other machine sets its own end (`emulation.cluster`)
+            ends = [(n, p) for n, p in ends if self.plan.shard_of[n] in self.local]
+        for n, p in ends:
             subprocess.run(["ip", "-n", self.shard_ns(n), "link", "set", "dev", self.intf_name(n, p), state],
                            check=True)  # fmt: skip
-        return self.intf_name(*switch_ends[0])
+        return self.intf_name(*(ends or switch_ends)[0])
 
     def _set_patch(self, node: str, port: int, up: bool) -> str:
         """Cut a patch cable by removing both its patch ports, restore it by adding them back (same

@@ -27,7 +27,7 @@ def compose() -> dict[str, Any]:
 
 def test_compose_file_works_with_v2_and_1_29(compose: dict[str, Any]) -> None:
     assert "version" not in compose  # obsolete in v2 (warns); 1.29 reads the Compose Specification without it
-    assert set(compose["services"]) == {"controller", "fabric", "test", "prometheus"}
+    assert set(compose["services"]) == {"controller", "fabric", "test", "prometheus", "scheduler", "emu-host"}
     assert "networks" not in compose  # no Docker bridge networks at all
 
 
@@ -43,6 +43,8 @@ def test_least_privilege_and_no_bridge_networks(compose: dict[str, Any]) -> None
         "fabric": ("fabriclab:latest", "runtime"),
         "test": ("fabriclab-test:latest", "test"),
         "prometheus": ("fabriclab-prometheus:latest", None),
+        "scheduler": ("fabriclab:latest", "runtime"),
+        "emu-host": ("fabriclab:latest", "runtime"),
     }
     for name, service in compose["services"].items():
         dockerfile = "docker/prometheus.Dockerfile" if name == "prometheus" else "docker/Dockerfile"
@@ -116,6 +118,23 @@ def test_observability_profile_runs_prometheus_on_both_endpoints(compose: dict[s
         "FROM debian:bookworm-slim"
     ]  # same base, Debian's package
     assert "install -y --no-install-recommends prometheus" in dockerfile and "USER prometheus" in dockerfile
+
+
+def test_cluster_profile_is_a_scheduler_and_emulation_hosts_on_the_host_network(
+    compose: dict[str, Any],
+) -> None:
+    """`docker compose --profile cluster up`: what `emulate up --dask` places shards on (docs/sharding.md);
+    never started by a plain `docker compose up`."""
+    scheduler, host = compose["services"]["scheduler"], compose["services"]["emu-host"]
+    for service in (scheduler, host):
+        assert service["profiles"] == ["cluster"] and service["network_mode"] == "host"
+    assert "cap_add" not in scheduler  # the scheduler only coordinates
+    assert set(host["cap_add"]) == EMULATION_CAPS  # the shards: namespaces, OVS, VXLAN
+    assert scheduler["command"][:4] == ["python", "-m", "dask", "scheduler"]
+    worker = host["command"]
+    assert worker[:4] == ["python", "-m", "dask", "worker"]
+    assert worker[worker.index("--resources") + 1] == "fabriclab-emu=1"  # emulation.cluster.EMU_RESOURCE
+    assert worker[worker.index("--host") + 1] == "${FABRICLAB_UNDERLAY_IP:-127.0.0.1}"
 
 
 def test_every_setting_is_documented_with_its_default() -> None:

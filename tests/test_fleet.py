@@ -66,3 +66,29 @@ def test_a_bad_specification_is_refused_in_one_line_with_exit_2(
 ) -> None:
     code, _, err = _run(spec)
     assert code == 2 and message in err and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace needs root")
+def test_a_scenarios_flows_keep_their_own_rate_window_size_entropy_and_marking() -> None:
+    """A scenario run sends its flows through one fleet: each flow's own rate, start and duration, size,
+    fixed source port and DSCP, the spec's values only where a flow says nothing."""
+    base = {"src_netns": HERE, "dst_netns": HERE, "dst": "127.0.0.1"}
+    plan = [
+        {**base, "port": 47420},  # the defaults: 200 pkt/s for the whole second, 256 bytes
+        {**base, "port": 47421, "rate_pps": 500, "start_s": 0.5, "duration_s": 0.4, "size": 1000},
+        {**base, "port": 47422, "sport": 49200, "dscp": 26, "duration_s": 0.5},
+    ]
+    spec = {"flows": plan, "rate_pps": 200, "seconds": 1.0, "size": 256, "grace_s": 0.5}
+    code, out, err = _run(spec)
+    assert code == 0, err
+    sent, received = json.loads(out)["senders"], json.loads(out)["receivers"]
+    assert 190 <= sent[0]["sent"] <= 201 and sent[0]["size"] == 256, sent[0]
+    assert 190 <= sent[1]["sent"] <= 201 and sent[1]["size"] == 1000, sent[1]  # 500 pkt/s for 0.4 s
+    assert 95 <= sent[2]["sent"] <= 101 and sent[2]["dscp"] == 26 and sent[2]["entropy"] == "fixed", sent[2]
+    # the late flow started half a second after the others, and ended 0.1 s before the run did
+    assert sent[1]["start"] - sent[0]["start"] == pytest.approx(0.5, abs=1e-6)
+    late = received[1]
+    assert late["first"] - sent[0]["start"] >= 0.5 and late["last"] - sent[0]["start"] <= 0.95
+    for tx, rx in zip(sent, received, strict=True):
+        assert rx["received"] == tx["sent"] and rx["gaps"] == [], rx
+        assert rx["bytes"] == tx["size"] * tx["sent"]

@@ -116,6 +116,12 @@ def test_patch_cables_are_used_unshaped_and_refused_shaped_or_unknown() -> None:
         (["--ports", "afxdp", "--scale", "400G=200M"], "--ports afxdp: AF_XDP ports bypass the qdiscs"),
         (["--shards", "2", "--shard-cables", "patch", "--scale", "400G=200M"], "cannot be shaped"),
         (["--shards", "2", "--shard-cables", "copper"], "--shard-cables"),
+        (["--dask", "sched 8786"], "--dask: expected tcp://HOST:PORT of a Dask scheduler"),
+        (["--dask", "tcp://10.0.0.1:8786", "--scale", "400G=200M"], "--scale: not with --dask yet"),
+        (["--dask", "tcp://10.0.0.1:8786", "--controller", "tcp:127.0.0.1:6653"], "--controller: not with"),
+        (["--dask", "tcp://10.0.0.1:8786", "--ports", "afxdp"], "--ports afxdp: not with --dask"),
+        (["--dask", "tcp://10.0.0.1:8786", "--shards", "21"], "--shards: 21 is more than"),
+        (["--openflow-advertise", "10.0.0.1"], "--openflow-advertise: only with --dask"),
     ],
 )
 def test_emulate_up_refuses_bad_shard_options_before_building(argv: list[str], message: str) -> None:

@@ -127,6 +127,18 @@ def register(commands: Any) -> None:
         help="cables between two switches of one shard: OVS patch ports (a packet crosses the shard in "
         "one datapath pass; cannot be shaped) or veths; default auto: patch unless --scale",
     )
+    up.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="place the --shards on the Dask workers started with --resources fabriclab-emu=1 (one "
+        "machine each, VXLAN between them; docs/sharding.md), e.g. tcp://10.0.0.1:8786",
+    )
+    up.add_argument(
+        "--openflow-advertise",
+        metavar="HOST",
+        help="with --dask: the address the workers reach the controller at (it listens there; default: "
+        "this machine's address towards the scheduler)",
+    )
     _add_ports_option(up)
     add_policy_options(up)
     up.set_defaults(handler=emulate_up)
@@ -300,6 +312,27 @@ def emulate_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_dask(args: argparse.Namespace, scale: Scale | None) -> None:
+    """What `--dask` cannot be combined with (yet), each named."""
+    address = args.dask if "://" in args.dask else f"tcp://{args.dask}"
+    if not re.fullmatch(r"tcp://[A-Za-z0-9.\-]+:\d{1,5}", address):
+        raise CliError(f"--dask: expected tcp://HOST:PORT of a Dask scheduler, got {args.dask!r}")
+    args.dask = address
+    refused = {"--controller": args.controller, "--scale": scale, "--qos": args.qos,
+               "--partitions": args.partitions, "--cc dcqcn": args.cc != "none" or None,
+               "--ports afxdp": args.ports == "afxdp" or None}  # fmt: skip
+    for option, value in refused.items():
+        if value is not None:
+            raise CliError(f"{option}: not with --dask yet (a fabric across machines is unshaped, with the "
+                           f"controller this starts; docs/sharding.md)")  # fmt: skip
+    if args.openflow_advertise is not None:
+        endpoint(f"{args.openflow_advertise}:1", "--openflow-advertise")
+    try:
+        shard_plan(load_fabric(args.topology), args.shards)
+    except ValueError as exc:
+        raise CliError(f"--shards: {exc}") from None
+
+
 def emulate_up(args: argparse.Namespace) -> int:
     fabric = load_fabric(args.topology)
     emu_api = endpoint(args.emu_api, "--emu-api")  # bad input fails before anything is built
@@ -355,8 +388,12 @@ def emulate_up(args: argparse.Namespace) -> int:
         if scale is None:
             raise CliError("--qos: needs --scale (the queues share shaped links)")
         load_policy(args.qos, fabric)  # a bad policy fails (exit 2, line and field) before anything is built
-    sharded = args.shards > 1 or args.shard_cables == "patch"  # patch alone: one shard, patch cables
-    if sharded:
+    if args.dask is not None:
+        _check_dask(args, scale)
+    elif args.openflow_advertise is not None:
+        raise CliError("--openflow-advertise: only with --dask (the workers dial the controller there)")
+    sharded = args.shards > 1 or args.shard_cables == "patch" or args.dask is not None
+    if sharded and args.dask is None:
         if args.controller is not None:
             raise CliError(
                 "--shards/--shard-cables patch: only with the controller this starts (it listens on the "
@@ -370,7 +407,7 @@ def emulate_up(args: argparse.Namespace) -> int:
             uses_patch(args.shard_cables, shaped=scale is not None)
         except ValueError as exc:
             raise CliError(f"--shard-cables {args.shard_cables}: {exc}") from None
-    elif args.crossing != "veth":
+    elif args.crossing != "veth" and args.dask is None:
         raise CliError("--crossing: only with --shards 2 or more")
     elif args.shard_cables != "auto":
         raise CliError("--shard-cables: veth only with --shards 2 or more")
@@ -405,11 +442,14 @@ def emulate_up(args: argparse.Namespace) -> int:
         shard_cables=args.shard_cables,
         ports=args.ports,
         dcqcn=marking,
+        dask=args.dask,
+        openflow_advertise=args.openflow_advertise,
     )
     stop_on_signals()  # first: a signal from here on stops cleanly, OVS included
     daemon: OvsDaemon | None = None
     try:
-        daemon = prerequisites()
+        if args.dask is None:  # with --dask the switches run on the workers' machines, not here
+            daemon = prerequisites()
         run_up(fabric, options, lambda line: print(line, flush=True))
     except EmulationError as exc:
         raise CliError(str(exc)) from None
