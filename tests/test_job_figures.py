@@ -105,12 +105,12 @@ def test_one_scenario_is_one_workload_on_both_instruments() -> None:
     """The simulator runs what the emulator sends: the same pairs, source ports and sizes on the wire."""
     scenario = load_scenario(ROOT / "scenarios" / "permutation-k4.yaml")
     network = Network.build(scenario.fabric, scenario.scale)
-    assert network.cap_gbps.max() == pytest.approx(500e-6)  # 400G=500K: the emulator's shaped speed
+    assert network.cap_gbps.max() == pytest.approx(5e-3)  # 400G=5M: the emulator's shaped speed
     (batch,) = workload_of(scenario, network).batches
     emulated = scenario.with_policy("ecmp").flows(0)
     assert [network.subnet.endpoints[e].node for e in batch.src] == [f.src for f in emulated]
     assert batch.sport.tolist() == [f.sport for f in emulated]
-    assert batch.rate_cap_gbps == pytest.approx([42 * (1000 + 42) * 8 / 1e9] * 16)
+    assert batch.rate_cap_gbps == pytest.approx([420 * (1000 + 42) * 8 / 1e9] * 16)
     trace = load_scenario(ROOT / "scenarios" / "trace-k4.yaml")
     posted = workplan.messages(trace)
     (replay,) = workload_of(trace, Network.build(trace.fabric, trace.scale)).batches
