@@ -27,7 +27,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -573,13 +573,13 @@ class MininetFabric:
         ports = sorted(ref.port for ref in self.fabric.port_map if ref.node == name)
         return [self.set_link(name, port, up) for port in ports]
 
-    def endpoints(self) -> list[Endpoint]:
+    def endpoints(self, hosts: Container[str] | None = None) -> list[Endpoint]:
+        """Every host port (or only those of `hosts`) with its namespace, interface and MAC."""
         from controller.sm.addressing import parse_mac  # noqa: PLC0415
 
-        result = []
-        for (host, port), (mac, _) in sorted(self.addresses.items()):
-            result.append(Endpoint(host, self.netns(host), self.intf_name(host, port), parse_mac(mac)))
-        return result
+        return [Endpoint(host, self.netns(host), self.intf_name(host, port), parse_mac(mac))
+                for (host, port), (mac, _) in sorted(self.addresses.items())
+                if hosts is None or host in hosts]  # fmt: skip
 
     def popen(self, host: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
         proc: subprocess.Popen[Any] = self.node(host).popen(prioritised(argv), **kwargs)

@@ -78,8 +78,9 @@ class ShardedFabric(MininetFabric):
         `local` / `underlay`: one machine's part of a fabric spread over several (`emulation.shardhost`):
         only the shards in `local` are built here, with their hosts; a cable to a shard elsewhere is a
         VXLAN device between the two machines' underlay addresses (`underlay`: shard -> IP), made in this
-        machine's namespace (its socket stays there) and moved into the shard's.  The bridges dial
-        `controller` as given (a relay's `unix:` socket: a shard's namespace has no route out)."""
+        machine's namespace (its socket stays there) and moved into the shard's.  Each shard's bridges
+        dial a relay's unix socket in its run directory (`controller_of`: a shard's namespace has no
+        route out); `controller` then only says `unix:`."""
         if kwargs.get("shells"):
             raise EmulationError("a sharded fabric is built without Mininet's shells (no --cli)")
         if not kwargs.get("name_prefix"):
@@ -160,13 +161,10 @@ class ShardedFabric(MininetFabric):
     def headroom_hosts(self) -> list[HostNs]:
         return [HostNs(self.names[h], lightnet.netns_of(self.names[h])) for h in self.local_hosts()]
 
-    def endpoints(self) -> list[Endpoint]:
-        """The hosts built here, each with its namespace, interface and MAC."""
-        from controller.sm.addressing import parse_mac  # noqa: PLC0415
-
-        ours = set(self.local_hosts())
-        return [Endpoint(host, self.netns(host), self.intf_name(host, port), parse_mac(mac))
-                for (host, port), (mac, _) in sorted(self.addresses.items()) if host in ours]  # fmt: skip
+    def endpoints(self, hosts: Container[str] | None = None) -> list[Endpoint]:
+        """The hosts built here (or those of `hosts` among them)."""
+        ours = [h for h in self.local_hosts() if hosts is None or h in hosts]
+        return super().endpoints(set(ours))
 
     def shard_ns(self, node: str) -> str:
         """The shard namespace holding a switch (topology name)."""

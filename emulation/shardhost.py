@@ -32,7 +32,6 @@ from typing import Any
 from emulation import runfile
 from emulation.mesh import arrivals, open_sockets, probe_frame
 from emulation.sharded import ShardedFabric
-from emulation.shards import ShardError
 from topologies.model import Fabric
 
 #: A part not hearing from its coordinator for this long removes itself (`ShardHost.heartbeat`).
@@ -134,15 +133,6 @@ class ShardHost:
         #: When the coordinator was last heard from (any call); `LEASE_S` without: the part removes itself.
         self.heard = time.monotonic()
         self._watch: threading.Event | None = None
-        self.expired = False
-
-    def where(self) -> dict[str, Any]:
-        """This worker's process and network namespace (tests check that parts run apart)."""
-        return {
-            "pid": os.getpid(),
-            "netns": os.stat("/proc/self/ns/net").st_ino,
-            "host": socket.gethostname(),
-        }
 
     def build(self, fabric: Fabric, addresses: dict[tuple[str, int], tuple[str, str]], shards: int,
               local: list[int], underlay: dict[int, str], controller: tuple[str, int], prefix: str,
@@ -193,7 +183,6 @@ class ShardHost:
                     if self._controller_answers():  # a busy coordinator, not a gone one (the controller
                         self.heard = time.monotonic()  # dies with it): heartbeats can starve under load
                         continue
-                    self.expired = True
                     with contextlib.suppress(Exception):
                         self.stop()
                     return
@@ -210,18 +199,6 @@ class ShardHost:
             return False
         return True
 
-    def alive(self) -> bool:
-        """Every shard daemon here still runs."""
-        if self.net is None:
-            return False
-        try:
-            for daemon in self.net.daemons:
-                if daemon.procs:
-                    daemon.check()
-        except ShardError:  # a daemon exited
-            return False
-        return True
-
     def set_link(self, node: str, port: int, up: bool) -> str:
         if self.net is None:
             raise RuntimeError("nothing built here")
@@ -235,7 +212,7 @@ class ShardHost:
         if self.net is None:
             raise RuntimeError("nothing built here")
         self.mesh_close()
-        endpoints = [ep for ep in self.net.endpoints() if ep.name in index]  # topology names
+        endpoints = self.net.endpoints(index)  # topology names
         self._mesh = open_sockets(endpoints)
         self._mesh_index = [index[ep.name] for ep in endpoints]
         self._selector = selectors.DefaultSelector()
