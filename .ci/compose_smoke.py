@@ -4,7 +4,9 @@
 Brings the stack up detached, waits until both services are healthy, checks through the REST APIs that every
 switch is connected and every host pair was verified reachable, injects a link fault and sees the controller
 reroute, runs a shipped scenario through `docker compose exec`, then `docker compose down` and checks that
-nothing is left: no containers, no listeners, no interfaces of the fabric in the host's namespace.
+nothing is left: no containers, no listeners, no interfaces of the fabric in the host's namespace.  Then the
+`cluster` profile: its scheduler and emulation host up, `emulate up --dask` from a third container placing
+a k=4 fabric's shards on that host, verified, stopped with SIGTERM, the profile down, nothing left.
 
 Run from the repository root on a machine with a Docker engine (see `.ci/run`). Standard library only
 (plus the project's own stdlib-only REST client, `controller.rest.client`): the host needs no installs.
@@ -38,6 +40,10 @@ RESULTS = "results/compose-smoke"
 
 class SmokeFailure(Exception):
     pass
+
+
+#: What a failed step raises (AssertionError: a REST call that did not answer 200, or wait_for timing out).
+FAILURES = (SmokeFailure, OSError, AssertionError, KeyError, ValueError, subprocess.SubprocessError)
 
 
 def compose(*args: str, timeout_s: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -169,6 +175,73 @@ def smoke() -> dict[str, Any]:
     return figures
 
 
+COORDINATOR = "fabriclab-cluster-smoke"
+IMAGE = "fabriclab:latest"  # docker-compose.yml's x-image
+
+
+def cluster_smoke() -> dict[str, Any]:
+    """The `cluster` profile: a Dask scheduler and an emulation host started by compose, a coordinator
+    container running `emulate up --dask` against them (a k=4 fabric on 2 shards, placed on the one
+    worker); every switch connected and every pair verified, then SIGTERM (`docker stop`) tears it down."""
+    start = time.monotonic()
+    compose("--profile", "cluster", "up", "-d", "scheduler", "emu-host")
+    argv = ["fabriclab", "emulate", "up", "topologies/fat-tree-k4.yaml", "--dask", "tcp://127.0.0.1:8786",
+            "--shards", "2", "--no-cli", "--name-prefix", "cs", "--ready-timeout", "120"]  # fmt: skip
+    deadline = time.monotonic() + 120
+    while True:  # the worker registers a few seconds after its container starts
+        # `docker run`, not `compose run`: docker-compose 1.29 adds links, which host networking refuses
+        run = ["docker", "run", "-d", "--init", "--network", "host", "--name", COORDINATOR, IMAGE, *argv]
+        subprocess.run(run, capture_output=True, text=True, timeout=120, check=True)
+        if wait_for_line(COORDINATOR, "running;", 300):
+            break
+        logs = container_logs(COORDINATOR)
+        remove_container(COORDINATOR)
+        if "no Dask worker offers" not in logs or time.monotonic() > deadline:
+            raise SmokeFailure(f"emulate up --dask did not come up:\n{logs[-3000:]}")
+        time.sleep(3)
+    logs = container_logs(COORDINATOR)
+    if "all pairs: 240/240 reachable" not in logs or "cluster: 1 workers" not in logs:
+        raise SmokeFailure(f"emulate up --dask in the cluster profile:\n{logs[-3000:]}")
+    fabric = CONTROLLER.get("fabric")
+    down = [s["name"] for s in fabric["switches"] if not s["connected"]]
+    if len(fabric["switches"]) != 20 or down:
+        raise SmokeFailure(f"cluster profile: switches not connected: {down}")
+    print("ok: cluster profile: emulate up --dask put 2 shards on the emu-host worker, 240 pairs", flush=True)
+    subprocess.run(["docker", "stop", "-t", "60", COORDINATOR], capture_output=True, text=True, timeout=120,
+                   check=False)  # fmt: skip
+    logs = container_logs(COORDINATOR)
+    inspect = ["docker", "inspect", "-f", "{{.State.ExitCode}}", COORDINATOR]
+    code = subprocess.run(inspect, capture_output=True, text=True, check=False).stdout.strip()
+    remove_container(COORDINATOR)
+    if code != "0" or "stopped: torn down" not in logs:
+        raise SmokeFailure(f"emulate up --dask after SIGTERM: exit {code}\n{logs[-2000:]}")
+    print("ok: SIGTERM tore the cluster's fabric down", flush=True)
+    return {"cluster_up_and_down_s": round(time.monotonic() - start, 1)}
+
+
+def container_logs(name: str) -> str:
+    done = subprocess.run(["docker", "logs", name], capture_output=True, text=True, timeout=60, check=False)
+    return done.stdout + done.stderr
+
+
+def remove_container(name: str) -> None:
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True, text=True, timeout=120, check=False)
+
+
+def wait_for_line(name: str, marker: str, timeout_s: float) -> bool:
+    """Until container `name` said a line starting with `marker` (True) or exited (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(line.startswith(marker) for line in container_logs(name).splitlines()):
+            return True
+        state = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", name], capture_output=True,
+                               text=True, check=False).stdout.strip()  # fmt: skip
+        if state != "true":
+            return False
+        time.sleep(1)
+    raise SmokeFailure(f"{name}: no line {marker!r} in {timeout_s:.0f} s:\n{container_logs(name)[-3000:]}")
+
+
 def teardown(before: set[str]) -> list[str]:
     """`docker compose down`, then what is still there that was not before `up` (should be nothing)."""
     start = time.monotonic()
@@ -186,17 +259,23 @@ def main() -> int:
     figures: dict[str, Any] = {}
     try:
         figures = smoke()
-    except (
-        SmokeFailure,
-        OSError,
-        AssertionError,  # a REST call that did not answer 200, or wait_for timing out
-        KeyError,
-        ValueError,
-        subprocess.SubprocessError,
-    ) as exc:
+    except FAILURES as exc:
         failure = exc
         print(compose("logs", "--no-color", "--tail", "80", check=False).stdout, file=sys.stderr)
     left = teardown(before)
+    if failure is None and not left:
+        try:
+            figures.update(cluster_smoke())
+        except FAILURES as exc:
+            failure = exc
+            logs = compose("--profile", "cluster", "logs", "--no-color", "--tail", "80", check=False).stdout
+            print(logs, file=sys.stderr)
+        remove_container(COORDINATOR)
+        compose("--profile", "cluster", "down", "--timeout", "60", timeout_s=300, check=False)
+        ids = compose("--profile", "cluster", "ps", "-q", check=False).stdout.split()
+        left = [f"container {c}" for c in ids]
+        left += [f"listener on port {port}" for port in [*PORTS, 8786] if listening(port)]
+        left += sorted(host_network() - before)
     if left:
         print(f"FAIL: left behind after `docker compose down`: {left}", file=sys.stderr)
     if failure is not None:

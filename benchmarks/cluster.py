@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.out import emit, out_file, percentiles
+from benchmarks.out import emit, machine, out_file, percentiles
 from tests.cluster_support import NamespaceCluster, cluster_available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,10 +121,7 @@ def main() -> int:
             for kind, rs in runs.items()
         },
         "runs_detail": runs,
-        "cpus": os.cpu_count(),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
-        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        **machine(load_before),
     }
     emit(report, args.out)
     return 0

@@ -13,6 +13,7 @@ import secrets
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,16 @@ def percentiles(
     return out
 
 
+def machine(load_before: tuple[float, float, float]) -> dict[str, Any]:
+    """The machine a benchmark ran on and its load before and after (append to the report)."""
+    return {
+        "cpus": os.cpu_count(),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    }
+
+
 def emit(report: dict[str, Any], path: Path | None) -> None:
     """A benchmark's report as indented JSON: into `path` (whole or not at all), or on stdout."""
     text = json.dumps(report, indent=2) + "\n"
@@ -81,4 +92,4 @@ def emit(report: dict[str, Any], path: Path | None) -> None:
         sys.stdout.write(text)
 
 
-__all__ = ["emit", "out_file", "percentiles", "write_out"]
+__all__ = ["emit", "machine", "out_file", "percentiles", "write_out"]

@@ -78,7 +78,7 @@ def create_app(
     log: list[FaultRecord] = []
     lock = threading.Lock()
     errors: dict[int | str, dict[str, Any]] = {
-        code: {"model": ErrorBody} for code in (400, 401, 413, 415, 422)
+        code: {"model": ErrorBody} for code in (400, 401, 413, 415, 422, 503)
     }
 
     @app.get(f"{API}/emulation", response_model=EmulationSummary)
@@ -116,6 +116,8 @@ def create_app(
             done = apply(fault.action, fault.target)
         except (ValueError, KeyError) as exc:
             raise ApiError(422, str(exc).strip("'\"")[:200], "target") from None
+        except FaultNotApplied as exc:  # a valid fault the fabric could not carry out (a machine gone, ...)
+            raise ApiError(503, f"not applied: {exc}"[:300], "target") from None
         entry = FaultRecord(at=round(time.time(), 6), action=fault.action, target=fault.target, applied=done)
         with lock:
             log.append(entry)
@@ -125,4 +127,8 @@ def create_app(
     return app
 
 
-__all__ = ["FaultRecord", "FaultRequest", "create_app"]
+class FaultNotApplied(RuntimeError):
+    """A valid fault that the running fabric could not carry out (its words say why)."""
+
+
+__all__ = ["FaultNotApplied", "FaultRecord", "FaultRequest", "create_app"]

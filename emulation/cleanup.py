@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from emulation import lightnet, runfile
-from emulation.mnfabric import _bridges, _root_links, leftovers, remove
+from emulation.mnfabric import _bridges, leftovers, remove
 
 
 @dataclass
@@ -21,7 +21,7 @@ def _names_with_prefix(prefix: str) -> list[str]:
     """Node names of a `--name-prefix` run found on this machine (bridges, interfaces, namespaces)."""
     pattern = runfile.prefix_pattern(prefix)
     found = set(_bridges()) | set(lightnet.namespaces())
-    found |= {n.rsplit("-eth", 1)[0] if "-eth" in n else n for n in _root_links()}
+    found |= {n.rsplit("-eth", 1)[0] if "-eth" in n else n for n in lightnet.root_links()}
     return sorted(n for n in found if pattern.fullmatch(n))
 
 

@@ -22,10 +22,12 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from emulation.headroom import Counters
 from emulation.mnfabric import EmulationError
 from emulation.sharded import ShardedFabric
 from emulation.shardhost import HEARTBEAT_S, LEASE_S, ShardHost, run_id
@@ -77,15 +79,19 @@ class ClusterFabric:
 
     def __init__(self, fabric: Fabric, addresses: Mapping[tuple[str, int], tuple[str, str]], shards: int,
                  scheduler: str, advertise: str | None = None, name_prefix: str = "", mtu: int = 1500,
-                 cables: str = "auto", connect_timeout_s: float = 10.0) -> None:  # fmt: skip
+                 cables: str = "auto", connect_timeout_s: float = 10.0, **shaping: Any) -> None:  # fmt: skip
+        """`shaping`: `scale`, `qos`, `buffer_packets`, `burst_bytes` (`ShardedFabric`'s), for every part."""
         try:
             self.plan = plan(fabric, shards)
         except ValueError as exc:
             raise EmulationError(f"shards: {exc}") from None
         self.fabric, self.addresses = fabric, dict(addresses)
-        # the names every part will use, checked here (a prefix too long for k=16 fails before any build)
-        ShardedFabric(fabric, self.addresses, shards, "vxlan", cables, local=[], name_prefix=name_prefix,
-                      underlay=dict.fromkeys(range(shards), "192.0.2.1"), mtu=mtu)  # fmt: skip
+        self.shaping = {k: v for k, v in shaping.items() if v is not None}
+        # the names every part will use, checked here (a prefix too long for k=16 fails before any build),
+        # and what the coordinator asks of them (a cable's interfaces)
+        nowhere = dict.fromkeys(range(shards), "192.0.2.1")
+        self.names = ShardedFabric(fabric, self.addresses, shards, "vxlan", cables, local=[], mtu=mtu,
+                                   name_prefix=name_prefix, underlay=nowhere, **self.shaping)  # fmt: skip
         self.scheduler, self.advertise = scheduler, advertise
         self.prefix, self.mtu, self.cables = name_prefix, mtu, cables
         self.connect_timeout_s = connect_timeout_s
@@ -118,8 +124,10 @@ class ClusterFabric:
                 self.scheduler,
                 timeout=self.connect_timeout_s,  # default client: actor proxies find it
             )
-        except (OSError, TimeoutError) as exc:
-            raise EmulationError(f"--dask {self.scheduler}: no scheduler answered: {exc}") from None
+        except Exception as exc:  # refused, timed out, or something else answering there
+            raise EmulationError(
+                f"--dask {self.scheduler}: no Dask scheduler answered: {type(exc).__name__}: {exc}"[:300]
+            ) from None
         workers = emulation_workers(self.client.scheduler_info(n_workers=-1))
         hosts = dict(workers)
         self.placement = place(self.plan, [address for address, _ in workers])
@@ -148,7 +156,7 @@ class ClusterFabric:
                 local = sorted(i for i, w in self.placement.items() if w == worker)
                 pending[worker] = actor.build(self.fabric, self.addresses, self.plan.count, local,
                                               self.underlay, (host, int(port)), self.prefix, self.mtu,
-                                              self.cables)  # fmt: skip
+                                              self.cables, self.shaping)  # fmt: skip
             for worker, future in pending.items():
                 try:
                     self.built[worker] = future.result(timeout=CALL_TIMEOUT_S * 5)
@@ -193,10 +201,12 @@ class ClusterFabric:
             raise KeyError(f"{node}:{port} is not cabled")
         ends = [(n, p) for n, p in ((node, port), (peer.node, peer.port)) if self.fabric.nodes[n].is_switch]
         owners = {self.owner(n): (n, p) for n, p in ends}
-        done = [self.actors[w].set_link(n, p, up) for w, (n, p) in owners.items()]
-        return str(done[0].result(timeout=CALL_TIMEOUT_S)) + "".join(
-            f", {f.result(timeout=CALL_TIMEOUT_S)}" for f in done[1:]
-        )
+        gone = sorted(w for w in owners if w not in self.actors)
+        if gone:
+            raise EmulationError(f"{node}:{port}: worker {gone[0]} is gone (cannot set its end)")
+        calls = [self.actors[w].set_link(n, p, up) for w, (n, p) in owners.items()]
+        done = self._wait_all(calls, f"setting {node}:{port} {'up' if up else 'down'}")
+        return ", ".join(str(d) for d in done)
 
     def set_switch(self, name: str, up: bool) -> list[str]:
         if not self.fabric.nodes[name].is_switch:
@@ -218,7 +228,7 @@ class ClusterFabric:
         owner = {h: self.owner(h) for h in hosts}
         calls = [actor.mesh_open(rid, {h: index[h] for h in hosts if owner[h] == w}, macs)
                  for w, actor in self.actors.items()]  # fmt: skip
-        self._wait_all(calls, "opening its hosts' sockets")
+        self._wait_all(calls, "opening its hosts' sockets for the all-pairs check")
         n = len(hosts)
         missing = {(s, d) for s in range(n) for d in range(n) if s != d}
         try:
@@ -232,7 +242,7 @@ class ClusterFabric:
                 for at in range(0, longest, MESH_CHUNK):
                     sends = [self.actors[w].mesh_send(pairs[at : at + MESH_CHUNK])
                              for w, pairs in by_worker.items() if at < len(pairs)]  # fmt: skip
-                    self._wait_all(sends, "sending the all-pairs frames")
+                    self._wait_all(sends, "sending the all-pairs check's frames")
                     missing -= self._arrived(0.0)
                 missing -= self._arrived(wait_s * min(2**round_no, 4))
                 if not missing:
@@ -245,16 +255,61 @@ class ClusterFabric:
 
     def _arrived(self, wait_s: float) -> set[tuple[int, int]]:
         got = [actor.mesh_received(wait_s) for actor in self.actors.values()]
-        return {(int(p[0]), int(p[1])) for pairs in self._wait_all(got, "reading arrivals") for p in pairs}
+        got_all = self._wait_all(got, "reading the all-pairs check's arrivals")
+        return {(int(p[0]), int(p[1])) for pairs in got_all for p in pairs}
 
-    def _wait_all(self, futures: list[Any], what: str) -> list[Any]:
+    def _wait_all(self, futures: list[Any], what: str, timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:
         """Each actor call's result; a failure or a timeout is an `EmulationError` saying what failed."""
         try:
-            return [f.result(timeout=CALL_TIMEOUT_S) for f in futures]
+            return [f.result(timeout=timeout_s) for f in futures]
         except Exception as exc:
-            raise EmulationError(
-                f"all-pairs check: a worker failed {what}: {type(exc).__name__}: {exc}"
-            ) from None
+            raise EmulationError(f"a worker failed {what}: {type(exc).__name__}: {exc}") from None
+
+    # --- a scenario's traffic and counters (`emulation.runner`) ------------------------------------------
+
+    def cable_interfaces(self, node: str, port: int) -> list[str]:
+        return self.names.cable_interfaces(node, port)
+
+    def intf_name(self, node: str, port: int) -> str:
+        return self.names.intf_name(node, port)
+
+    def rank_agents(self, work: Path) -> ClusterAgents:
+        """The RoCE rank agents, each on the machine holding its host (`emulation.agents`)."""
+        return ClusterAgents(self)
+
+    @contextlib.contextmanager
+    def fleet(self, spec: dict[str, Any]) -> Iterator[ClusterFleet | None]:
+        """A probe fleet on every machine holding a host of `spec`'s flows (each flow names `src_host`
+        and `dst_host`: its sender runs where its source is, its receiver where its destination is);
+        stopped on the way out whatever happened.  None if there are no flows."""
+        if not spec.get("flows"):
+            yield None
+            return
+        workers = list(self.actors)
+        try:
+            sides = self._wait_all([self.actors[w].fleet_launch(spec) for w in workers],
+                                   "starting its probe fleet")  # fmt: skip
+            yield ClusterFleet(self, [w for w, n in zip(workers, sides, strict=True) if n],
+                               len(spec["flows"]))  # fmt: skip
+        finally:
+            for future in [self.actors[w].fleet_stop() for w in workers if w in self.actors]:
+                with contextlib.suppress(Exception):
+                    future.result(timeout=30)
+
+    def counters(self) -> Counters:
+        """Every machine's headroom counters, merged (interface and host names are the run's: disjoint)."""
+        merged = Counters()
+        for part in self._wait_all([a.counters() for a in self.actors.values()], "reading its counters"):
+            for name in vars(merged):
+                getattr(merged, name).update(getattr(part, name))
+        return merged
+
+    def read_drops(self) -> dict[tuple[str, int, str], int]:
+        """The partition layer's drop counters on every machine's switches (`isolation.read_drops`)."""
+        merged: dict[tuple[str, int, str], int] = {}
+        for part in self._wait_all([a.read_drops() for a in self.actors.values()], "reading drop counters"):
+            merged.update(part)
+        return merged
 
     def check(self) -> None:
         """Raise `EmulationError` naming what is gone: the scheduler, or a worker and its shards."""
@@ -297,4 +352,87 @@ class ClusterFabric:
             client.close(timeout=10)
 
 
-__all__ = ["EMU_RESOURCE", "ClusterFabric", "emulation_workers", "place", "source_address"]
+class ClusterFleet:
+    """The probe fleets of a scenario's flows on the machines that hold their hosts (`ClusterFabric.fleet`):
+    told when to start together, their records merged into one per flow."""
+
+    def __init__(self, cluster: ClusterFabric, workers: list[str], flows: int) -> None:
+        self.cluster, self.workers, self.flows = cluster, workers, flows
+
+    def go(self, start_at: float) -> None:
+        actors = self.cluster.actors
+        self.cluster._wait_all([actors[w].fleet_go(start_at) for w in self.workers], "starting its flows")
+
+    def collect(self, timeout_s: float) -> dict[str, Any]:
+        """{"senders": [...], "receivers": [...]} in the order of the flows, each from the machine holding
+        that side; RuntimeError if a side is missing."""
+        actors = self.cluster.actors
+        calls = [actors[w].fleet_collect(timeout_s) for w in self.workers]
+        parts = self.cluster._wait_all(calls, "collecting its flows' records", timeout_s + CALL_TIMEOUT_S)
+        merged: dict[str, list[Any]] = {"senders": [None] * self.flows, "receivers": [None] * self.flows}
+        for part in parts:
+            for side, records in merged.items():
+                for i, record in enumerate(part[side]):
+                    if record is not None:
+                        records[i] = record
+        for side, records in merged.items():
+            absent = [i for i, r in enumerate(records) if r is None]
+            if absent:
+                raise RuntimeError(f"no machine reported the {side[:-1]} of flows {absent[:10]}")
+        return merged
+
+
+class ClusterAgents:
+    """The RoCE rank agents of a run across machines: each machine's `ShardHost` runs those of its hosts;
+    the calls of `emulation.agents.AgentSet` go to every machine that has some."""
+
+    def __init__(self, cluster: ClusterFabric) -> None:
+        self.cluster = cluster
+        self.hosts: dict[str, list[str]] = {}  # worker -> its hosts with an agent
+
+    def __len__(self) -> int:
+        return sum(len(h) for h in self.hosts.values())
+
+    def _call(self, method: str, what: str, *args: Any, timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:
+        actors = self.cluster.actors
+        calls = [getattr(actors[w], method)(*args) for w in self.hosts]
+        return self.cluster._wait_all(calls, what, timeout_s)
+
+    def launch(self, plans: dict[str, dict[str, Any]]) -> None:
+        by_worker: dict[str, dict[str, dict[str, Any]]] = {}
+        for host, agent_plan in plans.items():
+            by_worker.setdefault(self.cluster.owner(host), {})[host] = agent_plan
+        self.hosts = {w: sorted(p) for w, p in sorted(by_worker.items())}
+        calls = [self.cluster.actors[w].roce_launch(by_worker[w]) for w in self.hosts]
+        self.cluster._wait_all(calls, "starting its RoCE agents")
+
+    def go(self, start_at: float) -> None:
+        self._call("roce_go", "starting its RoCE agents' traffic", start_at)
+
+    def finished(self) -> bool:
+        return bool(self.hosts) and all(self._call("roce_finished", "polling its RoCE agents"))
+
+    def reports(self, timeout_s: float) -> dict[str, dict[str, Any]]:
+        merged: dict[str, dict[str, Any]] = {}
+        for part in self._call("roce_reports", "reading its RoCE agents' reports", timeout_s,
+                               timeout_s=timeout_s + CALL_TIMEOUT_S):  # fmt: skip
+            merged.update(part)
+        return merged
+
+    def stop(self) -> None:
+        for w in list(self.hosts):
+            actor = self.cluster.actors.get(w)
+            if actor is not None:
+                with contextlib.suppress(Exception):
+                    actor.roce_stop().result(timeout=30)
+
+
+__all__ = [
+    "EMU_RESOURCE",
+    "ClusterAgents",
+    "ClusterFabric",
+    "ClusterFleet",
+    "emulation_workers",
+    "place",
+    "source_address",
+]

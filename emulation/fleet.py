@@ -16,8 +16,11 @@ each on this 2-core machine, where one fleet keeps up.
 
 Protocol (stdin/stdout, one JSON or number per line):
   -> {"flows": [{"src_netns": PATH, "dst_netns": PATH, "dst": IP, "port": N, [rate_pps, size, sport,
-      spray, dscp, start_s, duration_s]}, ...], "rate_pps": R, "seconds": S, "size": BYTES,
-      "bucket_s": B, "grace_s": G}
+      spray, dscp, start_s, duration_s, neighbour (MAC), src_intf]}, ...], "rate_pps": R, "seconds": S,
+      "size": BYTES, "bucket_s": B, "grace_s": G}
+  A side whose namespace is null (or absent) is not opened here: across machines each machine's fleet
+  holds the sides of its own hosts, and reports None for the others.  `neighbour`: a fixed neighbour
+  entry for `dst` in the source (`pin_neighbour`).
   <- ready                       (every socket open)
   -> START                       (wall-clock time to start sending at)
   <- {"senders": [...], "receivers": [...]}   (probe's records, in the order of the flows)
@@ -46,19 +49,29 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def open_sockets(spec: dict[str, Any]) -> tuple[list[socket.socket], list[flows.FlowSender]]:
-    """Each flow's receiving socket in its destination's namespace and sending one in its source's."""
-    receivers: list[socket.socket] = []
-    senders: list[flows.FlowSender] = []
+def open_sockets(
+    spec: dict[str, Any],
+) -> tuple[list[socket.socket | None], list[flows.FlowSender | None]]:
+    """Each flow's receiving socket in its destination's namespace and sending one in its source's; None
+    for a side whose namespace the flow does not give (that host is on another machine)."""
+    receivers: list[socket.socket | None] = []
+    senders: list[flows.FlowSender | None] = []
     with visiting_namespaces():
         for flow in spec["flows"]:
             port = int(flow["port"])
             sport, spray = _optional_int(flow.get("sport")), _optional_int(flow.get("spray"))
             dscp = int(flow.get("dscp") or 0)
             duration = flow.get("duration_s")
-            enter_netns(flow["dst_netns"])
-            receivers.append(flows.receiver_socket(port)[0])
+            receivers.append(None)
+            if flow.get("dst_netns"):
+                enter_netns(flow["dst_netns"])
+                receivers[-1] = flows.receiver_socket(port)[0]
+            if not flow.get("src_netns"):
+                senders.append(None)
+                continue
             enter_netns(flow["src_netns"])
+            if flow.get("neighbour"):
+                pin_neighbour(flow["dst"], flow["neighbour"], flow["src_intf"])
             out = flows.sender_socket(flow["dst"], port, sport is not None or spray is not None, dscp)
             sender = flows.FlowSender(
                 out, flow["dst"], port, float(flow.get("rate_pps", spec.get("rate_pps", 0))),
@@ -69,9 +82,21 @@ def open_sockets(spec: dict[str, Any]) -> tuple[list[socket.socket], list[flows.
     return receivers, senders
 
 
+def pin_neighbour(ip: str, mac: str, intf: str) -> None:
+    """A permanent neighbour entry `ip` -> `mac` on `intf` in this thread's namespace (the child `ip`
+    inherits it): for a flow its partitions deny, whose destination no ARP answer will name."""
+    done = subprocess.run(["ip", "neigh", "replace", ip, "lladdr", mac, "dev", intf, "nud", "permanent"],
+                          capture_output=True, text=True, check=False, timeout=10)  # fmt: skip
+    if done.returncode != 0:
+        raise OSError(f"neighbour {ip} -> {mac} on {intf}: {done.stderr.strip()}")
+
+
 def receive_all(socks: list[socket.socket], bucket_s: float, end_wall: float) -> list[dict[str, Any]]:
     """Drain every socket as packets arrive until `end_wall` (wall clock): each one's record."""
     records = [flows.FlowRecord(bucket_s) for _ in socks]
+    if not socks:  # every destination on another machine: only the senders run here
+        time.sleep(max(0.0, end_wall - time.time()))
+        return []
     index = {sock.fileno(): i for i, sock in enumerate(socks)}
     batch = mmsg.Batch(socks[0], flows.RECV_BATCH, flows.RECV_SLOT_BYTES, control=True)
     poller = select.epoll()
@@ -89,9 +114,24 @@ def receive_all(socks: list[socket.socket], bucket_s: float, end_wall: float) ->
     return [r.result() for r in records]
 
 
-def run(spec: dict[str, Any], start_at: float, receivers: list[socket.socket],
-        senders: list[flows.FlowSender]) -> dict[str, Any]:  # fmt: skip
-    """Senders in a child process, receivers here; both records."""
+def run(spec: dict[str, Any], start_at: float, receivers: list[socket.socket | None],
+        senders: list[flows.FlowSender | None]) -> dict[str, Any]:  # fmt: skip
+    """Senders in a child process, receivers here; both records, in the order of the flows (None for a
+    side that is not here)."""
+    got = _run(spec, start_at, [r for r in receivers if r is not None], [s for s in senders if s is not None])
+    return {side: _spread(records, ours)
+            for side, records, ours in (("senders", got["senders"], senders),
+                                        ("receivers", got["receivers"], receivers))}  # fmt: skip
+
+
+def _spread(records: list[Any], slots: list[Any]) -> list[Any]:
+    """`records` (one per slot that is not None, in order) placed at their slots; None elsewhere."""
+    it = iter(records)
+    return [None if slot is None else next(it) for slot in slots]
+
+
+def _run(spec: dict[str, Any], start_at: float, receivers: list[socket.socket],
+         senders: list[flows.FlowSender]) -> dict[str, Any]:  # fmt: skip
     seconds = float(spec["seconds"])
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -168,6 +208,27 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.communicate(timeout=10)
 
 
+class LocalFleet:
+    """A launched fleet on this machine, told to `go` and `collect`ed as a run across machines does its
+    machines' fleets (`emulation.cluster.ClusterFleet`)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+
+    def go(self, start_at: float) -> None:
+        go(self.proc, start_at)
+
+    def collect(self, timeout_s: float) -> dict[str, Any]:
+        return collect(self.proc, timeout_s)
+
+
+@contextlib.contextmanager
+def local(spec: dict[str, Any]) -> Iterator[LocalFleet | None]:
+    """`running`, as a `LocalFleet`."""
+    with running(spec) as proc:
+        yield LocalFleet(proc) if proc is not None else None
+
+
 @contextlib.contextmanager
 def running(spec: dict[str, Any]) -> Iterator[subprocess.Popen[str] | None]:
     """A launched fleet for `spec` (None if it has no flows), stopped on the way out whatever happened."""
@@ -198,7 +259,7 @@ def main() -> int:
     result = run(spec, start_at, receivers, senders)
     print(json.dumps(result), flush=True)
     for sock in receivers:
-        with contextlib.suppress(OSError):
+        if sock is not None:
             sock.close()
     return 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from controller.sm.isolation import DROP_PRIORITIES
@@ -24,17 +24,18 @@ _FIELD = re.compile(r"(n_packets|priority|in_port|dl_dst)=([0-9a-fA-F:]+)")
 Drops = dict[tuple[str, int, str], int]
 
 
-def read_drops(net: MininetFabric) -> Drops:
+def read_drops(net: MininetFabric, switches: Iterable[str] | None = None) -> Drops:
+    """The drop flows' packet counters of `switches` (topology names; default every switch)."""
     drops: Drops = {}
-    for switch in net.fabric.switches:
-        out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", net.ofctl_target(switch.name)],
+    for switch in switches if switches is not None else [s.name for s in net.fabric.switches]:
+        out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", net.ofctl_target(switch)],
                              capture_output=True, text=True, check=False).stdout  # fmt: skip
         for line in out.splitlines():
             fields = dict(_FIELD.findall(line))
             priority = int(fields.get("priority", "0"))
             if priority not in DROP_PRIORITIES or "in_port" not in fields:
                 continue
-            key = (switch.name, int(fields["in_port"]), fields.get("dl_dst", "").lower())
+            key = (switch, int(fields["in_port"]), fields.get("dl_dst", "").lower())
             drops[key] = int(fields.get("n_packets", "0"))
     return drops
 

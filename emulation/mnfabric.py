@@ -39,7 +39,7 @@ from emulation.mesh import Endpoint
 from emulation.metrics import SwitchDaemon
 from emulation.priority import prioritised
 from emulation.shards import SHARD_DIR, kill_leftover_daemons
-from topologies.model import Fabric
+from topologies.model import Fabric, Link, PortRef
 from topologies.scale import Scale
 
 LOG = logging.getLogger("fabriclab.emulation")
@@ -80,11 +80,6 @@ def listening(host: str, port: int, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def _root_links() -> list[str]:
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
-    return [line.split(":", 2)[1].strip().split("@")[0] for line in out.splitlines() if line.count(":") >= 2]
-
-
 def _bridges() -> list[str]:
     argv = ["ovs-vsctl", "--timeout=30", "list-br"]
     return subprocess.run(argv, capture_output=True, text=True, check=False).stdout.split()
@@ -119,7 +114,7 @@ def leftovers(names: Iterable[str]) -> list[str]:
     fabrics never match."""
     ours = set(names)
     found = [f"bridge {b}" for b in _bridges() if b in ours]
-    found += [f"link {n}" for n in _root_links() if _ours(n, ours)]
+    found += [f"link {n}" for n in lightnet.root_links() if _ours(n, ours)]
     found += [f"netns {n}" for n in lightnet.namespaces() if n in ours]
     found += [f"host process {pid} ({name})" for pid, name in sorted(host_shells(ours).items())]
     found += [f"shard daemons {n}" for n in sorted(ours) if (SHARD_DIR / n).is_dir()]
@@ -137,7 +132,7 @@ def remove(names: Iterable[str], group: int | None = None) -> None:
     for name in sorted(ours):  # a sharded run's switch daemons (see emulation.shards)
         if (SHARD_DIR / name).is_dir():
             kill_leftover_daemons(name)
-    links = [n for n in _root_links() if _ours(n, ours)]
+    links = [n for n in lightnet.root_links() if _ours(n, ours)]
     lightnet.remove_by_name(ours & set(_bridges()), ours, links, group)
 
 
@@ -449,7 +444,7 @@ class MininetFabric:
         burst = f"{self.burst_bytes}b" if self.burst_bytes is not None else "64k"
         for link in self.fabric.links:
             rate = f"{scale.mbps(link.bw_gbps):.3f}mbit"
-            for end in (link.a, link.b):
+            for end in self._ends_here(link):
                 dev = self.intf_name(end.node, end.port)
                 lines = [
                     f"qdisc replace dev {dev} root handle 5: htb default 1",
@@ -476,6 +471,10 @@ class MininetFabric:
             out = self.node(host).cmd("; ".join(f"tc {line}" for line in lines) + "; echo rc=$?")
             if "rc=0" not in out:
                 raise EmulationError(f"shaping {host} failed: {out.strip()[-300:]}")
+
+    def _ends_here(self, link: Link) -> tuple[PortRef, ...]:
+        """The ends of a cable this process shapes: both (one machine's part: those on it)."""
+        return (link.a, link.b)
 
     def _switch_tc(self, lines: Mapping[str, list[str]]) -> None:
         """tc lines for switch-side interfaces (all in this namespace here; a sharded fabric's are not)."""
@@ -506,7 +505,7 @@ class MininetFabric:
 
         ports = []
         for link in self.fabric.links:
-            for end in (link.a, link.b):
+            for end in self._ends_here(link):
                 if self.fabric.nodes[end.node].is_switch:
                     intf = self.intf_name(end.node, end.port)
                     ports.append(emu_qos.PortShape(intf, scale.mbps(link.bw_gbps), scale.mbps(1.0)))

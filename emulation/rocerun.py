@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from controller.formats.partitions_file import load_partitions
 from controller.sm.partitions import Partitions
-from emulation.mnfabric import MininetFabric
+from emulation.agents import AgentSet
 from labspec import workplan
 from labspec.scenario import Scenario, nic_gbps
 from labspec.workplan import Job, Message
@@ -43,6 +39,40 @@ MIN_STALL_S = 0.2
 ARRIVAL_BIN_S = 0.1
 
 
+class Addressed(Protocol):
+    """What an agent's plan needs of a fabric: the hosts' addresses and interface names."""
+
+    @property
+    def addresses(self) -> Mapping[tuple[str, int], tuple[str, str]]: ...
+
+    def intf_name(self, node: str, port: int) -> str: ...
+
+
+class _NoAgents:
+    """The agents of a run that has none (or has not started them)."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def launch(self, plans: dict[str, dict[str, Any]]) -> None:
+        raise RuntimeError("no agents to launch here")
+
+    def go(self, start_at: float) -> None:
+        pass
+
+    def finished(self) -> bool:
+        return False
+
+    def reports(self, timeout_s: float) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def stop(self) -> None:
+        pass
+
+
+NO_AGENTS = _NoAgents()
+
+
 @dataclass
 class RoceRun:
     jobs: list[Job]
@@ -50,7 +80,8 @@ class RoceRun:
     pkeys: dict[tuple[str, str], int]
     #: The NIC speed of every host (bits/s) at the scenario's scale; None: unshaped.
     nic_bps: dict[str, float | None] = field(default_factory=dict)
-    agents: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    #: The rank agents, once started (`emulation.agents`); none before.
+    agents: AgentSet = field(default_factory=lambda: NO_AGENTS)
     start_at: float | None = None
     #: Frames each agent's socket dropped (buffer full): the emulator's, counted before the socket closed.
     socket_drops: dict[str, int] = field(default_factory=dict)
@@ -122,30 +153,18 @@ def _stall_s(run: RoceRun) -> float:
     return max(MIN_STALL_S, 8.0 * gap)
 
 
-def start(run: RoceRun, net: MininetFabric, work: Path, deadline_s: float) -> None:
-    """One agent per host that sends or receives RoCE messages; returns once all are ready."""
+def start(run: RoceRun, net: Addressed, agents: AgentSet, deadline_s: float) -> None:
+    """One agent per host that sends or receives RoCE messages (`agents`: on this machine, or each on the
+    machine holding its host); returns once all are ready."""
     if not run.messages:
         return
     stall = _stall_s(run)
     hosts = sorted({m.src for m in run.messages} | {m.dst for m in run.messages})
-    for host in hosts:
-        path = work / f"rank-{host}.json"
-        path.write_text(json.dumps(_agent_plan(run, net, host, deadline_s, stall)))
-        argv = [sys.executable, "-m", "traffic.rankagent", str(path)]
-        with open(work / f"rank-{host}.log", "w") as log:  # what an agent says on stderr, kept with the run
-            run.agents[host] = net.popen(
-                host, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
-            )
-    for host, proc in run.agents.items():
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "ready":
-            said = (work / f"rank-{host}.log").read_text(errors="replace").strip().splitlines()
-            raise RuntimeError(f"the RoCE agent of {host} did not start: {said[-1] if said else 'no output'}")
+    run.agents = agents
+    agents.launch({host: _agent_plan(run, net, host, deadline_s, stall) for host in hosts})
 
 
-def _agent_plan(
-    run: RoceRun, net: MininetFabric, host: str, deadline_s: float, stall_s: float
-) -> dict[str, Any]:
+def _agent_plan(run: RoceRun, net: Addressed, host: str, deadline_s: float, stall_s: float) -> dict[str, Any]:
     """What `traffic.rankagent` on `host` sends and receives (`id`: the message's index in the run)."""
     by_job = {j.index: j for j in run.jobs}
     sends: list[dict[str, Any]] = []
@@ -183,26 +202,20 @@ def _agent_plan(
 
 def all_finished(run: RoceRun) -> bool:
     """Every agent has exited: each finished its sends and receives (or met its deadline)."""
-    return bool(run.agents) and all(proc.poll() is not None for proc in run.agents.values())
+    return run.agents.finished()
 
 
 def go(run: RoceRun, start_at: float) -> None:
     """Every agent starts at `start_at` (wall clock, seconds)."""
     run.start_at = start_at
-    for proc in run.agents.values():
-        assert proc.stdin is not None
-        proc.stdin.write(f"{start_at!r}\n")
-        proc.stdin.flush()
+    run.agents.go(start_at)
 
 
 def finish(run: RoceRun) -> dict[str, Any]:
     """The agents' reports merged: per message, per collective (as nccl-tests scores it)."""
-    reports: dict[str, dict[str, Any]] = {}
-    for host, proc in run.agents.items():
-        out = proc.communicate(timeout=120)[0]
-        with contextlib.suppress(ValueError, TypeError):
-            reports[host] = json.loads(out.strip().splitlines()[-1])
-        run.socket_drops[host] = int(reports.get(host, {}).get("socket_drops", 0))
+    reports = run.agents.reports(120)
+    for host in reports:
+        run.socket_drops[host] = int(reports[host].get("socket_drops", 0))
     t0 = run.start_at or 0.0
     records = []
     for k, m in enumerate(run.messages):
@@ -426,11 +439,7 @@ def session(scenario: Scenario) -> Iterator[RoceRun]:
 
 def stop(run: RoceRun) -> None:
     """Kill agents still running (a run that failed before `finish`)."""
-    for proc in run.agents.values():
-        if proc.poll() is None:
-            proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5)
+    run.agents.stop()
 
 
 __all__ = [

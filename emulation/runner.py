@@ -21,8 +21,11 @@ from typing import Any
 from controller.formats.partitions_file import load_partitions
 from controller.sm.manager import SubnetManager
 from emulation import ccrun, fleet, isolation, probe, rocerun
+from emulation.agents import LocalAgents
+from emulation.cluster import ClusterFabric
 from emulation.controlproc import ControllerProcess
 from emulation.headroom import (
+    Counters,
     TxBufferSampler,
     assess,
     capacity_ratio,
@@ -40,6 +43,8 @@ from topologies.tiers import Tiers
 
 BASE_PORT = 6000
 Progress = Callable[[float, str], None]
+#: How far ahead a run across machines sets its start time (each machine's fleet is told by a Dask call).
+CLUSTER_START_MARGIN_S = 1.0
 #: Loss in the second after a fault is the fault's (failover, reroute), not the emulator's.
 FAULT_WINDOW_S = 1.0
 
@@ -85,12 +90,15 @@ def run_scenario(
     write: bool = True,
     shards: int = 1,
     crossing: str = "veth",
+    cluster: tuple[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """Run every repetition and write the results folder (unless `write` is False: a comparison writes its
     own).  `capacity` is the fabric's calibration (`emulation.calibrate`), if there is one: the load asked
     for is compared with it.  `shards`/`crossing`: the fabric on several ovs-vswitchd
-    (`emulation.sharded`)."""
+    (`emulation.sharded`); `cluster`: (Dask scheduler, address the workers reach the controller at or
+    None) to place those shards on the scheduler's emulation workers (`emulation.cluster`)."""
     refused = emulator_refuses(scenario) or ccrun.refuses(scenario, shards)
+    refused = refused or (cluster_refuses(scenario) if cluster is not None else None)
     if refused:  # before anything is built or written
         raise ScenarioError(refused, file=str(scenario.file))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,7 +112,7 @@ def run_scenario(
             progress((rep + fraction) / total, f"rep {rep + 1}/{total}: {what}")
 
         reps.append(_run_once(scenario, rep, out_dir / f"rep{rep + 1}", rep_progress, capacity,
-                              (shards, crossing)))  # fmt: skip
+                              (shards, crossing), cluster))  # fmt: skip
     overloaded = [r["repetition"] for r in reps if r["headroom"]["emulator_overloaded"]]
     summary = {
         "scenario": scenario.spec.name,
@@ -115,7 +123,7 @@ def run_scenario(
         "scale": scenario.spec.scale,
         "duration_s": scenario.spec.duration_s,
         "cc": scenario.spec.cc,
-        "shards": {"count": shards, "crossing": crossing} if shards > 1 else None,
+        "shards": _shards_summary(shards, crossing, cluster),
         "emulator_overloaded": bool(overloaded),
         "overloaded_repetitions": overloaded,
         "capacity": capacity,
@@ -126,6 +134,22 @@ def run_scenario(
         write_outputs(summary, out_dir)
     progress(1.0, "done")
     return summary
+
+
+def _shards_summary(shards: int, crossing: str, cluster: tuple[str, str | None] | None) -> Any:
+    if shards < 2:
+        return None
+    if cluster is not None:
+        return {"count": shards, "crossing": "vxlan", "dask": cluster[0]}
+    return {"count": shards, "crossing": crossing}
+
+
+def cluster_refuses(scenario: Scenario) -> str | None:
+    """Why `scenario` cannot run across machines yet (None: it can).  Its UDP flows, RoCE jobs, faults,
+    shaped links, QoS queues and partitions can; DCQCN's ECN markers run on one machine only."""
+    if scenario.spec.cc == "dcqcn":
+        return "cc: dcqcn runs on one machine only (its ECN marking sits on the switch ports there)"
+    return None
 
 
 def run_name_prefix() -> str:
@@ -141,6 +165,7 @@ def _run_once(
     progress: Progress,
     capacity: dict[str, Any] | None,
     sharding: tuple[int, str] = (1, "veth"),
+    cluster: tuple[str, str | None] | None = None,
 ) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     spec, fabric = scenario.spec, scenario.fabric
@@ -163,9 +188,13 @@ def _run_once(
         "burst_bytes": spec.burst_bytes,
     }
     of_host: str | None = None
-    if sharding[0] > 1:
+    net: MininetFabric | ClusterFabric
+    if cluster is not None:
+        net = ClusterFabric(fabric, addresses, sharding[0], *cluster, **kwargs)
+        of_host = net.prepare_control()  # the controller listens where the workers reach it
+    elif sharding[0] > 1:
         sharded = ShardedFabric(fabric, addresses, *sharding, **kwargs)
-        net: MininetFabric = sharded
+        net = sharded
         of_host = sharded.prepare_control()  # the controller listens on the shards' network
     else:
         net = MininetFabric(fabric, addresses, **kwargs)
@@ -188,28 +217,27 @@ def _run_once(
         timings.update({k: round(v, 3) for k, v in net.timings.items()})
         ctl.ready(len(fabric.switches))
         timings["tables_installed_s"] = round(time.perf_counter() - start, 3)
-        pairs = check_all_pairs(net.endpoints())
+        pairs = net.check_all_pairs() if isinstance(net, ClusterFabric) else check_all_pairs(net.endpoints())
         timings["all_pairs_verified_s"] = round(time.perf_counter() - start, 3)
         bad = [f"{s}->{d}" for (s, d), ok in pairs.items() if not ok]
         progress(0.1, f"{len(pairs) - len(bad)}/{len(pairs)} pairs reachable")
         flows = scenario.flows(rep)
-        drops_before = isolation.read_drops(net) if partitions is not None else {}
+        drops_before = _read_drops(net) if partitions is not None else {}
         placement = {f.name: _placement(ctl, f) for f in flows}
         since = int(ctl.get("events")[-1]["id"]) if ctl.get("events") else 0
-        counted = (net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces(), net.xsk_dbs())
-        before = snapshot(*counted)
+        before = _counters(net)
         sampler = TxBufferSampler()
         try:
             measured = _traffic_and_faults(scenario, net, ctl, flows, progress, work)
         finally:
             tx_buffer_peak = sampler.stop()
-        after = snapshot(*counted)
+        after = _counters(net)
         for host, drops in measured["receiver_socket_drops"].items():  # their sockets are closed by now
             after.host_socket_drops[host] = after.host_socket_drops.get(host, 0) + drops
         faulted = _faulted_interfaces(scenario, net)
         if partitions is not None:
             macs = {mac: host for (host, _), (mac, _) in addresses.items()}
-            isolated = isolation.report(partitions, macs, drops_before, isolation.read_drops(net), pairs)
+            isolated = isolation.report(partitions, macs, drops_before, _read_drops(net), pairs)
         events = [e for e in ctl.get(f"events?since={since}&limit=1000") if e["kind"] != "switch_connect"]
     finally:
         net.stop()
@@ -250,6 +278,17 @@ def _run_once(
     }
 
 
+def _counters(net: MininetFabric | ClusterFabric) -> Counters:
+    """The headroom counters of the whole fabric (of every machine's part)."""
+    if isinstance(net, ClusterFabric):
+        return net.counters()
+    return snapshot(net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces(), net.xsk_dbs())
+
+
+def _read_drops(net: MininetFabric | ClusterFabric) -> isolation.Drops:
+    return net.read_drops() if isinstance(net, ClusterFabric) else isolation.read_drops(net)
+
+
 def _placement(ctl: ControllerProcess, flow: FlowPlan) -> str:
     """Where the controller sends the flow: the table's path, the path of its source port under a multipath
     policy, or "sprayed" when every packet has a port of its own."""
@@ -262,13 +301,15 @@ def _placement(ctl: ControllerProcess, flow: FlowPlan) -> str:
 
 def _traffic_and_faults(
     scenario: Scenario,
-    net: MininetFabric,
+    net: MininetFabric | ClusterFabric,
     ctl: ControllerProcess,
     flows: list[FlowPlan],
     progress: Progress,
     work: Path,
 ) -> dict[str, Any]:
     with rocerun.session(scenario) as roce:
+        if isinstance(net, ClusterFabric):  # no ECN marking across machines (refused before)
+            return _send_and_measure(scenario, net, ctl, flows, (progress, work), roce)
         with ccrun.marking(scenario, net) as marks:
             measured = _send_and_measure(scenario, net, ctl, flows, (progress, work), roce)
         if marks.markers:
@@ -278,7 +319,7 @@ def _traffic_and_faults(
 
 def _send_and_measure(
     scenario: Scenario,
-    net: MininetFabric,
+    net: MininetFabric | ClusterFabric,
     ctl: ControllerProcess,
     flows: list[FlowPlan],
     where: tuple[Progress, Path],
@@ -287,18 +328,28 @@ def _send_and_measure(
     spec = scenario.spec
     progress, work = where
     total = spec.duration_s + spec.settle_s
-    rocerun.start(roce, net, work, total + 1.0)
+    # RoCE agents run inside their hosts: here, or each on the machine that holds its host
+    agents = net.rank_agents(work) if isinstance(net, ClusterFabric) else LocalAgents(net, work)
+    rocerun.start(roce, net, agents, total + 1.0)
     # Every flow's socket is open before the run's clock starts, and one fleet process sends them all, each
     # in its window, and receives them all (`emulation.fleet`): sixteen sender processes fell ~90 ms behind
     # their schedules at 420 pkt/s each on a 2-core machine, and a process started per flow began late by
     # however long Python took to start.
     ip_of = {host: ip for (host, _), (_, ip) in sorted(net.addresses.items(), reverse=True)}
-    netns = {ep.name: ep.netns for ep in net.endpoints()}
-    plan = [{"src_netns": netns[flow.src], "dst_netns": netns[flow.dst], "dst": ip_of[flow.dst],
+    mac_of = {host: mac for (host, _), (mac, _) in sorted(net.addresses.items(), reverse=True)}
+    # across machines each machine's fleet finds its own hosts' namespaces by name (`ShardHost`)
+    ends = {ep.name: ep for ep in net.endpoints()} if isinstance(net, MininetFabric) else {}
+    netns = {name: ep.netns for name, ep in ends.items()}
+    denied = _denied(scenario, flows)
+    plan = [{"src_host": flow.src, "dst_host": flow.dst, "src_netns": netns.get(flow.src),
+             "dst_netns": netns.get(flow.dst), "dst": ip_of[flow.dst],
+             "src_intf": ends[flow.src].interface if flow.src in ends else None,
+             "neighbour": mac_of[flow.dst] if flow.name in denied else None,
              "port": BASE_PORT + i, "rate_pps": flow.rate_pps, "size": flow.size_bytes, "sport": flow.sport,
              "spray": flow.spray, "dscp": flow.dscp, "start_s": flow.start_s, "duration_s": flow.duration_s}
             for i, flow in enumerate(flows)]  # fmt: skip
-    with fleet.running({"flows": plan, "seconds": total, "bucket_s": 0.1, "grace_s": 1.0}) as probes:
+    spec_ = {"flows": plan, "seconds": total, "bucket_s": 0.1, "grace_s": 1.0}
+    with net.fleet(spec_) if isinstance(net, ClusterFabric) else fleet.local(spec_) as probes:
         faults = sorted(spec.faults, key=lambda f: f.at_s)
         fault_log: list[dict[str, Any]] = []
         samples: list[tuple[float, list[dict[str, Any]]]] = []
@@ -314,9 +365,11 @@ def _send_and_measure(
                 poller_stop.wait(spec.poll_interval_s / 2)
 
         poller = threading.Thread(target=poll, name="counters", daemon=True)
-        wall0 = time.time() + probe.START_MARGIN_S
+        # across machines the start time must reach every machine's fleet before it comes
+        cluster = isinstance(net, ClusterFabric)
+        wall0 = time.time() + (CLUSTER_START_MARGIN_S if cluster else probe.START_MARGIN_S)
         if probes is not None:
-            fleet.go(probes, wall0)
+            probes.go(wall0)
         rocerun.go(roce, wall0)
         time.sleep(max(0.0, wall0 - time.time()))
         t0 = time.monotonic()
@@ -342,7 +395,7 @@ def _send_and_measure(
             progress(0.1 + 0.85 * now / total, f"t={now:5.1f}/{total:.1f} s")
             time.sleep(min(0.05, max(0.0, total - now)))
         poller_stop.set()
-        records = fleet.collect(probes, 60) if probes is not None else {"senders": [], "receivers": []}
+        records = probes.collect(60) if probes is not None else {"senders": [], "receivers": []}
         sent = {flow.name: r for flow, r in zip(flows, records["senders"], strict=True)}
         received = {flow.name: r for flow, r in zip(flows, records["receivers"], strict=True)}
     poller.join(5)
@@ -358,6 +411,17 @@ def _send_and_measure(
         "receiver_socket_drops": roce.socket_drops,
         "cc": roce_result["cc"],
     }
+
+
+def _denied(scenario: Scenario, flows: list[FlowPlan]) -> set[str]:
+    """The flows the scenario's partitions deny.  Their sources get a fixed neighbour entry for the
+    destination (`fleet.pin_neighbour`): the subnet manager answers no ARP across partitions, so without
+    it the packets would die in the source's kernel, counted as the emulator's loss, and never meet the
+    switch's deny flow that P_Key enforcement is about."""
+    if scenario.partitions_file is None:
+        return set()
+    partitions = load_partitions(scenario.partitions_file, scenario.fabric)
+    return {f.name for f in flows if not partitions.permitted(f.src, f.dst)}
 
 
 def _flow_results(
@@ -406,7 +470,7 @@ def _partition_drops(isolated: dict[str, Any] | None) -> int:
     return sum(int(n) for n in isolated["dropped_packets"].values()) if isolated else 0
 
 
-def _faulted_interfaces(scenario: Scenario, net: MininetFabric) -> list[str]:
+def _faulted_interfaces(scenario: Scenario, net: MininetFabric | ClusterFabric) -> list[str]:
     """Interfaces of every cable a fault of the scenario cuts (their drops are the experiment's)."""
     found: list[str] = []
     for fault in scenario.spec.faults:

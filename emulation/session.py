@@ -8,10 +8,12 @@ CLI (with a `fault` command) or waits for a signal.  Teardown removes only what 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,13 +23,14 @@ from controller.httpguard import BackgroundServer, page_origins, serve_in_thread
 from controller.rest.client import ControllerClient
 from controller.sm.manager import SubnetManager
 from emulation import ccrun, runfile
+from emulation.api import FaultNotApplied
 from emulation.cluster import ClusterFabric
 from emulation.controlproc import ControllerProcess
 from emulation.ecnmark import EcnMarker
 from emulation.lifecycle import deferred, raise_if_stopped
 from emulation.mesh import check_all_pairs
 from emulation.metrics import HeadroomSource, SwitchPort, emulator_registry
-from emulation.mnfabric import MininetFabric, Scale
+from emulation.mnfabric import EmulationError, MininetFabric, Scale
 from emulation.sharded import ShardedFabric
 from topologies.model import Fabric
 from topologies.tiers import Tiers
@@ -80,18 +83,29 @@ class UpOptions:
     openflow_advertise: str | None = None
 
 
+@contextlib.contextmanager
+def _carried_out(target: str) -> Iterator[None]:
+    """A fault the fabric failed to carry out (a command failed, a machine gone) as `FaultNotApplied`."""
+    try:
+        yield
+    except (EmulationError, subprocess.CalledProcessError, OSError) as exc:
+        raise FaultNotApplied(f"{target}: {exc}") from None
+
+
 def apply_fault(net: MininetFabric | ClusterFabric, action: str, target: str) -> str:
     """One fault on the running fabric; returns what was done, with the time (for the user's record)."""
     if action in ("link_down", "link_up"):
         node, _, port = target.rpartition(":")
         if node not in net.fabric.nodes or not port.isdigit():
             raise ValueError(f"{target!r}: expected NODE:PORT")
-        intf = net.set_link(node, int(port), up=action == "link_up")
+        with _carried_out(target):
+            intf = net.set_link(node, int(port), up=action == "link_up")
         what = f"{action} {target} ({intf})"
     elif action in ("switch_down", "switch_up"):
         if target not in net.fabric.nodes or not net.fabric.nodes[target].is_switch:
             raise ValueError(f"{target!r}: not a switch")
-        net.set_switch(target, up=action == "switch_up")
+        with _carried_out(target):
+            net.set_switch(target, up=action == "switch_up")
         what = f"{action} {target}"
     else:
         raise ValueError(f"unknown fault {action!r} (link_down, link_up, switch_down, switch_up)")
@@ -110,7 +124,7 @@ def interactive(net: MininetFabric) -> None:
                 if len(parts) != 2:
                     raise ValueError("usage: fault ACTION TARGET")
                 print(apply_fault(net, parts[0], parts[1]))
-            except (ValueError, KeyError, OSError) as exc:
+            except (ValueError, KeyError, OSError, FaultNotApplied) as exc:
                 print(f"*** {exc}")
 
     FabricCLI(net.net)
@@ -188,7 +202,8 @@ def run_up(fabric: Fabric, options: UpOptions, say: Callable[[str], None]) -> No
     net: MininetFabric | ClusterFabric
     if options.dask is not None:
         net = ClusterFabric(fabric, addresses, options.shards, options.dask, options.openflow_advertise,
-                            prefix, options.mtu, options.shard_cables)  # fmt: skip
+                            prefix, options.mtu, options.shard_cables, scale=options.scale,
+                            qos=qos)  # fmt: skip
     elif options.shards > 1 or options.shard_cables == "patch":
         net = ShardedFabric(fabric, addresses, options.shards, options.crossing,
                                            options.shard_cables, **kwargs)  # fmt: skip

@@ -45,7 +45,7 @@ from emulation.shards import (
     uses_patch,
     vxlan_line,
 )
-from topologies.model import Fabric, Link
+from topologies.model import Fabric, Link, PortRef
 
 #: One machine's part: the socket in each shard's run directory its bridges dial (`emulation.shardhost`).
 RELAY_SOCKET = "controller.sock"
@@ -101,10 +101,6 @@ class ShardedFabric(MininetFabric):
                 raise EmulationError("a fabric spread over machines crosses between them with vxlan")
             if not self.local <= set(range(shards)):
                 raise EmulationError(f"local shards {sorted(self.local)}: only 0..{shards - 1} exist")
-            if kwargs.get("scale") is not None or kwargs.get("qos") is not None:
-                raise EmulationError(
-                    "a fabric spread over machines is unshaped for now (no --scale, no --qos)"
-                )
             missing = [i for i in range(shards) if i not in self.underlay]
             if missing:
                 raise EmulationError(f"no underlay address for shards {missing}")
@@ -368,6 +364,11 @@ class ShardedFabric(MininetFabric):
         finally:
             for conn in conns:
                 conn.close()
+
+    def _ends_here(self, link: Link) -> tuple[PortRef, ...]:
+        """One machine's part shapes the ends of a cable it holds: a host's, or a switch's in one of its
+        shards (a cable to another machine is shaped at both ends, each by its own machine)."""
+        return tuple(e for e in (link.a, link.b) if self.plan.shard_of[e.node] in self.local)
 
     def _crosses(self, link: Link) -> bool:
         """A cable between switches of two shards."""

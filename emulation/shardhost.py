@@ -23,13 +23,18 @@ import contextlib
 import os
 import secrets
 import selectors
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from emulation import runfile
+from emulation import fleet, isolation, runfile
+from emulation.agents import LocalAgents
+from emulation.headroom import Counters, snapshot
 from emulation.mesh import arrivals, open_sockets, probe_frame
 from emulation.sharded import ShardedFabric
 from topologies.model import Fabric
@@ -133,18 +138,23 @@ class ShardHost:
         #: When the coordinator was last heard from (any call); `LEASE_S` without: the part removes itself.
         self.heard = time.monotonic()
         self._watch: threading.Event | None = None
+        self._fleet: subprocess.Popen[str] | None = None
+        self._agents: LocalAgents | None = None
+        self._work: Path | None = None
 
     def build(self, fabric: Fabric, addresses: dict[tuple[str, int], tuple[str, str]], shards: int,
               local: list[int], underlay: dict[int, str], controller: tuple[str, int], prefix: str,
-              mtu: int = 1500, cables: str = "auto") -> dict[str, Any]:  # fmt: skip
+              mtu: int = 1500, cables: str = "auto",
+              shaping: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
         """Build this machine's shards; returns timings and what was built.  On failure everything built
-        here is removed before the error propagates."""
+        here is removed before the error propagates.  `shaping`: `scale`, `qos`, `buffer_packets`,
+        `burst_bytes` as `ShardedFabric` takes them (each machine shapes the cable ends it holds)."""
         if self.net is not None:
             raise RuntimeError("this worker already holds a part of a fabric")
         start = time.perf_counter()
         self.prefix, self.part = prefix, f"w{os.getpid()}"
         net = ShardedFabric(fabric, addresses, shards, "vxlan", cables, local=local, underlay=underlay,
-                            name_prefix=prefix, mtu=mtu)  # fmt: skip
+                            name_prefix=prefix, mtu=mtu, **(shaping or {}))  # fmt: skip
         paths = [Path(net.controller_of(i).removeprefix("unix:")) for i in sorted(net.local)]
         self.relay = OpenFlowRelay(paths, controller)
         runfile.write(runfile.RunRecord(prefix, net.node_names, net.group, os.getpid(), None, time.time(),
@@ -260,6 +270,84 @@ class ShardHost:
             sock.close()
         self._mesh, self._mesh_index = [], []
 
+    # --- a scenario's traffic and counters, where the hosts are ------------------------------------------
+
+    def fleet_launch(self, spec: dict[str, Any]) -> int:
+        """A probe fleet (`emulation.fleet`) for the sides of `spec`'s flows whose hosts are here (each flow
+        names its `src_host` and `dst_host`); returns how many sides that is (0: none, no fleet)."""
+        if self.net is None:
+            raise RuntimeError("nothing built here")
+        self.fleet_stop()
+        ends = {ep.name: ep for ep in self.net.endpoints()}
+        flows = [{**f, "src_netns": ends[f["src_host"]].netns if f["src_host"] in ends else None,
+                  "src_intf": ends[f["src_host"]].interface if f["src_host"] in ends else None,
+                  "dst_netns": ends[f["dst_host"]].netns if f["dst_host"] in ends else None}
+                 for f in spec["flows"]]  # fmt: skip
+        sides = sum((f["src_netns"] is not None) + (f["dst_netns"] is not None) for f in flows)
+        if sides:
+            self._fleet = fleet.launch({**spec, "flows": flows})
+        return sides
+
+    def fleet_go(self, start_at: float) -> None:
+        if self._fleet is not None:
+            fleet.go(self._fleet, start_at)
+
+    def fleet_collect(self, timeout_s: float) -> dict[str, Any] | None:
+        """The fleet's records (`fleet.collect`: None for a side that is elsewhere), or None if no fleet."""
+        proc, self._fleet = self._fleet, None
+        self.heard = time.monotonic()
+        return fleet.collect(proc, timeout_s) if proc is not None else None
+
+    def fleet_stop(self) -> None:
+        proc, self._fleet = self._fleet, None
+        if proc is not None:
+            fleet.stop(proc)
+
+    def roce_launch(self, plans: dict[str, dict[str, Any]]) -> None:
+        """The RoCE rank agents of this machine's hosts in `plans` (`emulation.agents`); their plans and
+        logs in a scratch directory here, removed with the part."""
+        if self.net is None:
+            raise RuntimeError("nothing built here")
+        self.roce_stop()
+        self._work = Path(tempfile.mkdtemp(prefix="fabriclab-rank-"))
+        self._agents = LocalAgents(self.net, self._work)
+        self._agents.launch(plans)
+
+    def roce_go(self, start_at: float) -> None:
+        if self._agents is not None:
+            self._agents.go(start_at)
+
+    def roce_finished(self) -> bool:
+        self.heard = time.monotonic()  # polled while the run goes on: the coordinator is there
+        return self._agents is None or self._agents.finished()
+
+    def roce_reports(self, timeout_s: float) -> dict[str, dict[str, Any]]:
+        self.heard = time.monotonic()
+        return self._agents.reports(timeout_s) if self._agents is not None else {}
+
+    def roce_stop(self) -> None:
+        agents, self._agents = self._agents, None
+        if agents is not None:
+            agents.stop()
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+            self._work = None
+
+    def counters(self) -> Counters:
+        """The headroom counters of this machine's part (`headroom.snapshot`)."""
+        if self.net is None:
+            raise RuntimeError("nothing built here")
+        net = self.net
+        return snapshot(net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces(), net.xsk_dbs())
+
+    def read_drops(self) -> isolation.Drops:
+        """The partition layer's drop counters on this machine's switches (`isolation.read_drops`)."""
+        if self.net is None:
+            raise RuntimeError("nothing built here")
+        shard_of, local = self.net.plan.shard_of, self.net.local
+        ours = [s.name for s in self.net.fabric.switches if shard_of[s.name] in local]
+        return isolation.read_drops(self.net, ours)
+
     # --- teardown -------------------------------------------------------------------------------------------
 
     def stop(self) -> float:
@@ -270,6 +358,8 @@ class ShardHost:
             self._watch.set()
             self._watch = None
         self.mesh_close()
+        self.fleet_stop()
+        self.roce_stop()
         if self.relay is not None:
             self.relay.stop()
             self.relay = None

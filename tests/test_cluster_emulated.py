@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from emulation import runfile
+from emulation.qosqueues import ifb_name
 from emulation.shards import plan
 from tests.cluster_support import NamespaceCluster, cluster_available, netns_names
 from tests.conftest import ROOT
@@ -46,9 +47,9 @@ def cluster() -> Iterator[NamespaceCluster]:
         yield c
 
 
-def _up(cluster: NamespaceCluster, shards: int) -> subprocess.Popen[str]:
+def _up(cluster: NamespaceCluster, shards: int, *extra: str) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "fabriclab", "emulate", "up", str(K4), "--dask", cluster.scheduler_address,
-            "--shards", str(shards), "--no-cli", "--name-prefix", PREFIX]  # fmt: skip
+            "--shards", str(shards), "--no-cli", "--name-prefix", PREFIX, *extra]  # fmt: skip
     return cluster.popen_in(cluster.head, argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)  # fmt: skip
 
@@ -107,8 +108,19 @@ def _crossing_hop(cluster: NamespaceCluster, shards: int) -> tuple[str, int, str
     pytest.fail(f"no hop of h1 -> h13 crosses machines: {route['path']}")
 
 
+def _in_worker(cluster: NamespaceCluster, machine: str, argv: list[str]) -> str:
+    """`argv` as seen from the machine's worker: `ip netns exec` gave it a mount namespace of its own, so
+    its namespaces are bound there only, as they would be on a machine of its own."""
+    done = subprocess.run(["nsenter", "-t", str(cluster.worker_pids[machine]), "-m", "-n", *argv],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_a_fabric_on_two_machines_is_verified_rerouted_and_torn_down(cluster: NamespaceCluster) -> None:
-    proc = _up(cluster, shards=2)
+    """Shaped (400G = 200 Mb/s) with the QoS policy's queues, on two machines."""
+    qos = str(ROOT / "scenarios" / "qos-tenants.yaml")
+    proc = _up(cluster, 2, "--scale", "400G=200M", "--qos", qos)
     try:
         lines = _until(proc, "running;")
         text = "\n".join(lines)
@@ -117,15 +129,21 @@ def test_a_fabric_on_two_machines_is_verified_rerouted_and_torn_down(cluster: Na
         # each machine's shard reaches the other through VXLAN devices made over its own underlay address
         fabric = load_topology(K4)
         crossing = len(plan(fabric, 2).crossing(fabric))
+        shard_of = plan(fabric, 2).shard_of
         for i, ns in enumerate(cluster.machines):
-            # seen from the worker's own mounts: `ip netns exec` gave it a mount namespace of its own, so
-            # its namespaces are bound there only, as they would be on a machine of its own
-            argv = ["ip", "-n", f"{PREFIX}x{i}", "-d", "-o", "link", "show", "type", "vxlan"]
-            done = subprocess.run(["nsenter", "-t", str(cluster.worker_pids[ns]), "-m", "-n", *argv],
-                                  capture_output=True, text=True, check=False)  # fmt: skip
-            assert done.returncode == 0, done.stderr
-            shown = done.stdout
+            shown = _in_worker(cluster, ns, ["ip", "-n", f"{PREFIX}x{i}", "-d", "-o", "link", "show", "type",
+                                             "vxlan"])  # fmt: skip
             assert shown.count(f"local {cluster.ips[ns]}") == crossing > 0, shown
+            # each machine shaped its own ends of the cables to the other (HTB at 400G = 200 Mb/s) and put
+            # the QoS policy's queues (an IFB per switch port) on its switch ports
+            vxlans = [line.split(":")[1].strip().split("@")[0] for line in shown.splitlines()]
+            for dev in vxlans:  # the QoS queues replace a port's HTB: its IFB carries the link's rate
+                classes = _in_worker(cluster, ns, ["tc", "-n", f"{PREFIX}x{i}", "class", "show", "dev",
+                                                   ifb_name(dev)])  # fmt: skip
+                assert "htb 1:1 root" in classes and "rate 200Mbit" in classes, classes
+            ifbs = _in_worker(cluster, ns, ["ip", "-n", f"{PREFIX}x{i}", "-o", "link", "show", "type", "ifb"])
+            ports = [r for r in fabric.port_map if fabric.nodes[r.node].is_switch and shard_of[r.node] == i]
+            assert len(ifbs.splitlines()) == len(ports) > 0, ifbs
         node, port, src, dst = _crossing_hop(cluster, 2)
         before = _http(cluster, "GET", f"http://127.0.0.1:8080/api/v1/routes?src={src}&dst={dst}")
         applied = _http(cluster, "POST", "http://127.0.0.1:8081/api/v1/faults",
@@ -161,6 +179,31 @@ def test_a_fabric_on_two_machines_is_verified_rerouted_and_torn_down(cluster: Na
     while _ours_left() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _ours_left() == []
+
+
+def test_k8_on_three_machines_is_verified_and_torn_down() -> None:
+    """k=8 (80 switches, 128 hosts) on 4 shards over three machines: shard 3 shares the first machine
+    (i mod W), every one of the 16,256 pairs verified where its hosts are, SIGTERM leaves nothing."""
+    require_emulation(cluster_available())
+    k8 = ROOT / "topologies" / "fat-tree-k8.yaml"
+    with NamespaceCluster("ft", machines=3, subnet="10.213.5") as three:
+        argv = [sys.executable, "-m", "fabriclab", "emulate", "up", str(k8), "--dask",
+                three.scheduler_address, "--shards", "4", "--no-cli", "--name-prefix", PREFIX,
+                "--ready-timeout", "300"]  # fmt: skip
+        proc = three.popen_in(three.head, argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)  # fmt: skip
+        try:
+            text = "\n".join(_until(proc, "running;", timeout_s=400))
+            assert "all pairs: 16256/16256 reachable" in text, text
+            assert "cluster: 3 workers" in text and "shards [0, 3]" in text, text
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "stopped: torn down" in out, out[-2000:]
+        deadline = time.monotonic() + 30
+        while _ours_left() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _ours_left() == []
 
 
 def test_a_lost_scheduler_is_reported_and_every_part_torn_down() -> None:
@@ -212,3 +255,86 @@ def test_a_lost_worker_is_reported_with_its_shards_and_the_rest_torn_down(cluste
                            timeout_s=120, cwd=ROOT)  # fmt: skip
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert _ours_left() == [], clean.stdout
+
+
+SCENARIO = """\
+fabriclab: 1
+name: across-machines
+topology: {root}/topologies/fat-tree-k4.yaml
+scale: 400G=200M
+buffer_packets: 16
+partitions: {root}/scenarios/partitions-k4.conf
+controller: {{engine: ftree}}
+duration_s: 4
+seed: 5
+poll_interval_s: 0.5
+traffic:
+  - {{kind: udp, src: h1, dst: h5, rate_pps: 400, size_bytes: 512}}
+  - {{kind: udp, src: h9, dst: h13, rate_pps: 400, size_bytes: 512}}
+  - {{kind: udp, src: h14, dst: h9, rate_pps: 400, size_bytes: 512}}
+  - {{kind: udp, src: h2, dst: h3, rate_pps: 400, size_bytes: 512}}
+  - {{kind: udp, src: h10, dst: h14, rate_pps: 200, size_bytes: 512}}
+  - {{kind: roce-collective, collective: allreduce-ring, ranks: h1..h8, size: 32KiB, rate_pps: 300,
+     mtu: 1024}}
+faults:
+  - {{at_s: 1.5, action: link_down, port: "{cut}"}}
+  - {{at_s: 3, action: link_up, port: "{cut}"}}
+"""
+
+
+def test_a_scenario_runs_across_machines(cluster: NamespaceCluster, tmp_path: Any) -> None:
+    """`scenario run --dask`: each flow sent where its source is and received where its destination is
+    (h1 -> h5, h9 -> h13 and h14 -> h9 cross between the machines; h2 -> h3 stays on one), a ring
+    all-reduce whose RoCE rank agents run on the machines holding their hosts (h1..h4 on one, h5..h8 on
+    the other), links shaped on both machines, a cable between the machines cut and restored at its
+    times, the partition layer's drops read on every machine (h10 -> h14: two limited members, denied),
+    results merged into one summary, and nothing left on any machine."""
+    fabric = load_topology(K4)
+    shard_of = plan(fabric, 2).shard_of
+    cut = next(f"{lk.a.node}:{lk.a.port}" for lk in plan(fabric, 2).crossing(fabric))
+    assert {shard_of["h1"], shard_of["h9"]} == {0} and {shard_of["h5"], shard_of["h13"]} == {1}
+    file = tmp_path / "across.yaml"
+    file.write_text(SCENARIO.format(root=ROOT, cut=cut))
+    before = netns_names()
+    argv = [sys.executable, "-m", "fabriclab", "scenario", "run", str(file), "--dask",
+            cluster.scheduler_address, "--shards", "2", "-o", str(tmp_path / "out")]  # fmt: skip
+    done = cluster.run_in(cluster.head, argv, timeout_s=400, cwd=ROOT)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["shards"] == {"count": 2, "crossing": "vxlan", "dask": cluster.scheduler_address}
+    rep = summary["repetitions"][0]
+    assert rep["all_pairs"]["pairs"] == 240
+    isolation = rep["isolation"]
+    assert isolation["denied_but_delivered"] == [] and isolation["permitted_but_undelivered"] == []
+    assert rep["all_pairs"]["reachable"] == 240 - isolation["denied_pairs"] > 0
+    (ring,) = rep["collectives"]
+    assert ring["ranks"] == 8 and ring["packets_expected"] > 0 and ring["bad_icrc"] == 0, ring
+    assert ring["packets_received"] > 0.5 * ring["packets_expected"], ring  # every agent reported
+    senders = {m["src"] for m in rep["roce_messages"] if m["sent"]}
+    assert senders == {f"h{i}" for i in range(1, 9)}, rep["roce_messages"][:3]
+    flows = {f["name"]: f for f in rep["flows"]}
+    assert len(flows) == 5
+    for flow in flows.values():
+        assert flow["sent"] > 0.9 * flow["rate_pps"] * 4, flow  # the source's machine sent it all
+        if (flow["src"], flow["dst"]) == ("h10", "h14"):
+            assert flow["received"] == 0, flow
+        else:  # the destination's machine received it (a cut costs milliseconds of it, not half)
+            assert flow["received"] > 0.5 * flow["sent"], flow
+            assert flow["latency_ms"] is not None, flow
+    assert isolation["dropped_packets"]["denied"] >= 0.9 * flows_of(rep, "h10", "h14")["sent"]
+    assert [(f["action"], f["target"]) for f in rep["faults"]] == [("link_down", cut), ("link_up", cut)]
+    link = next(lk for lk in plan(fabric, 2).crossing(fabric) if f"{lk.a.node}:{lk.a.port}" == cut)
+    ends = {cut, f"{link.b.node}:{link.b.port}"}  # cut at both ends: the controller may see either first
+    seen = {(e["kind"], p.split()[0]) for e in rep["events"] for p in e.get("ports", [])}
+    assert {k for k, port in seen if port in ends} >= {"port_down", "port_up"}, rep["events"]
+    # the denied flow's packets are the partition layer's drops, not the emulator's
+    assert rep["headroom"]["partition_drops"] >= isolation["dropped_packets"]["denied"]
+    assert any(rep["utilisation"]["links"].values()), "no port counters were sampled"
+    deadline = time.monotonic() + 30
+    while netns_names() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert netns_names() - before == set()
+
+
+def flows_of(rep: dict[str, Any], src: str, dst: str) -> dict[str, Any]:
+    return next(f for f in rep["flows"] if (f["src"], f["dst"]) == (src, dst))

@@ -92,3 +92,70 @@ def test_a_scenarios_flows_keep_their_own_rate_window_size_entropy_and_marking()
     for tx, rx in zip(sent, received, strict=True):
         assert rx["received"] == tx["sent"] and rx["gaps"] == [], rx
         assert rx["bytes"] == tx["size"] * tx["sent"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace needs root")
+def test_a_flow_split_over_two_fleets_is_sent_by_one_and_received_by_the_other() -> None:
+    """Across machines a flow's sender runs where its source is and its receiver where its destination
+    is: a fleet given only one side of a flow opens only that side and reports None for the other."""
+    both = [{"dst": "127.0.0.1", "port": 47440 + i, "rate_pps": 300} for i in range(2)]
+    senders = [{**f, "src_netns": HERE, "dst_netns": None} for f in both]
+    receivers = [{**f, "src_netns": None, "dst_netns": HERE} for f in both]
+    start = time.time() + 0.5
+    procs = []
+    for flows in (receivers, senders):  # receivers first: their sockets are open before a packet leaves
+        proc = subprocess.Popen(FLEET, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"flows": flows, "seconds": 1.0, "size": 256, "grace_s": 0.5}) + "\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ready"
+        procs.append(proc)
+    for proc in procs:  # both told when to start before either is waited for
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start!r}\n")
+        proc.stdin.flush()
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    received, sent = results
+    assert sent["receivers"] == [None, None] and received["senders"] == [None, None]
+    for tx, rx in zip(sent["senders"], received["receivers"], strict=True):
+        assert 0.9 * 300 <= tx["sent"] <= 301, tx
+        assert rx["received"] == tx["sent"] and rx["bytes"] == 256 * tx["sent"], rx
+
+
+def test_the_records_of_several_machines_merge_into_one_per_flow() -> None:
+    """`ClusterFleet.collect`: each side from the machine that has it; a side nobody reported is an error
+    naming the flows, not a silent zero."""
+    from emulation.cluster import ClusterFleet
+
+    class Done:
+        def __init__(self, value: object) -> None:
+            self.value = value
+
+        def result(self, timeout: float) -> object:
+            return self.value
+
+    class Actor:
+        def __init__(self, records: dict[str, list[object]]) -> None:
+            self.records = records
+
+        def fleet_collect(self, timeout_s: float) -> Done:
+            return Done(self.records)
+
+    class Cluster:
+        def __init__(self, actors: dict[str, Actor]) -> None:
+            self.actors = actors
+
+        def _wait_all(self, futures: list[Done], what: str, timeout_s: float = 1.0) -> list[object]:
+            return [f.result(timeout_s) for f in futures]
+
+    a = Actor({"senders": [{"sent": 5}, None], "receivers": [None, {"received": 7}]})
+    b = Actor({"senders": [None, {"sent": 8}], "receivers": [{"received": 4}, None]})
+    merged = ClusterFleet(Cluster({"a": a, "b": b}), ["a", "b"], 2).collect(1.0)  # type: ignore[arg-type]
+    assert merged == {"senders": [{"sent": 5}, {"sent": 8}], "receivers": [{"received": 4}, {"received": 7}]}
+    with pytest.raises(RuntimeError, match=r"sender of flows \[1\]"):
+        ClusterFleet(Cluster({"a": a}), ["a"], 2).collect(1.0)  # type: ignore[arg-type]

@@ -117,10 +117,10 @@ def test_patch_cables_are_used_unshaped_and_refused_shaped_or_unknown() -> None:
         (["--shards", "2", "--shard-cables", "patch", "--scale", "400G=200M"], "cannot be shaped"),
         (["--shards", "2", "--shard-cables", "copper"], "--shard-cables"),
         (["--dask", "sched 8786"], "--dask: expected tcp://HOST:PORT of a Dask scheduler"),
-        (["--dask", "tcp://10.0.0.1:8786", "--scale", "400G=200M"], "--scale: not with --dask yet"),
-        (["--dask", "tcp://10.0.0.1:8786", "--controller", "tcp:127.0.0.1:6653"], "--controller: not with"),
-        (["--dask", "tcp://10.0.0.1:8786", "--ports", "afxdp"], "--ports afxdp: not with --dask"),
-        (["--dask", "tcp://10.0.0.1:8786", "--shards", "21"], "--shards: 21 is more than"),
+        (["--dask", "tcp://192.0.2.1:8786", "--controller", "tcp:127.0.0.1:6653"], "--controller: not with"),
+        (["--dask", "tcp://192.0.2.1:8786", "--ports", "afxdp"], "--ports afxdp: not with --dask"),
+        (["--dask", "tcp://192.0.2.1:8786", "--shards", "21"], "--shards: 21 is more than"),
+        (["--dask", "tcp://192.0.2.1:8786", "--openflow-advertise", "h"], "--openflow-advertise: expected"),
         (["--openflow-advertise", "10.0.0.1"], "--openflow-advertise: only with --dask"),
     ],
 )
@@ -131,6 +131,34 @@ def test_emulate_up_refuses_bad_shard_options_before_building(argv: list[str], m
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
+
+
+SCHED = "tcp://192.0.2.1:8786"  # documentation addresses (RFC 5737): never dialled, every case fails first
+
+
+@pytest.mark.parametrize(
+    ("scenario", "argv", "message"),
+    [
+        ("link-failure", ["--dask", "sched 8786", "--shards", "2"], "--dask: expected tcp://HOST:PORT"),
+        ("link-failure", ["--dask", SCHED, "--shards", "2", "--crossing", "vxlan"], "--crossing: not with"),
+        ("link-failure", ["--openflow-advertise", "192.0.2.2"], "--openflow-advertise: only with"),
+        ("link-failure", ["--dask", SCHED, "--openflow-advertise", "10.0.0"], "--openflow-advertise: expect"),
+        ("permutation-roce-k4", ["--dask", SCHED], "--dask: cc: dcqcn runs on one machine only"),
+    ],
+)
+def test_scenario_run_refuses_bad_dask_options_before_building(
+    scenario: str, argv: list[str], message: str, tmp_path: Path
+) -> None:
+    """Refused whole (exit 2, the option named) before a scheduler is dialled or a folder written."""
+    out = tmp_path / "out"
+    file = ROOT / "scenarios" / f"{scenario}.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "fabriclab", "scenario", "run", str(file), "-o", str(out), *argv],
+        capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert not out.exists()
 
 
 # --- emulated: two shards over VXLAN ------------------------------------------------------------------

@@ -9,6 +9,7 @@ or with `--no-cli` it waits for Ctrl-C/SIGTERM.  Teardown removes only what it c
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -312,21 +313,33 @@ def emulate_clean(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_dask(args: argparse.Namespace, scale: Scale | None) -> None:
-    """What `--dask` cannot be combined with (yet), each named."""
-    address = args.dask if "://" in args.dask else f"tcp://{args.dask}"
+def dask_address(value: str, advertise: str | None) -> str:
+    """`--dask` as tcp://HOST:PORT (a bare HOST:PORT is taken as TCP); `--openflow-advertise` checked."""
+    address = value if "://" in value else f"tcp://{value}"
     if not re.fullmatch(r"tcp://[A-Za-z0-9.\-]+:\d{1,5}", address):
-        raise CliError(f"--dask: expected tcp://HOST:PORT of a Dask scheduler, got {args.dask!r}")
-    args.dask = address
-    refused = {"--controller": args.controller, "--scale": scale, "--qos": args.qos,
-               "--partitions": args.partitions, "--cc dcqcn": args.cc != "none" or None,
-               "--ports afxdp": args.ports == "afxdp" or None}  # fmt: skip
-    for option, value in refused.items():
-        if value is not None:
-            raise CliError(f"{option}: not with --dask yet (a fabric across machines is unshaped, with the "
-                           f"controller this starts; docs/sharding.md)")  # fmt: skip
-    if args.openflow_advertise is not None:
-        endpoint(f"{args.openflow_advertise}:1", "--openflow-advertise")
+        raise CliError(f"--dask: expected tcp://HOST:PORT of a Dask scheduler, got {value!r}")
+    if advertise is not None:
+        try:
+            ipaddress.ip_address(advertise)
+        except ValueError:
+            raise CliError(f"--openflow-advertise: expected the IP address the workers reach this machine "
+                           f"at, got {advertise!r}") from None  # fmt: skip
+    return address
+
+
+def _check_dask(args: argparse.Namespace) -> None:
+    """What `--dask` cannot be combined with (yet), each named."""
+    args.dask = dask_address(args.dask, args.openflow_advertise)
+    refused = {
+        "--controller": "the workers' bridges dial the controller this starts",
+        "--cc dcqcn": "ECN marking runs on one machine only" if args.cc != "none" else None,
+        "--ports afxdp": "AF_XDP ports run on one machine only" if args.ports == "afxdp" else None,
+    }
+    if args.controller is None:
+        refused.pop("--controller")
+    for option, why in refused.items():
+        if why is not None:
+            raise CliError(f"{option}: not with --dask ({why}; docs/sharding.md)")
     try:
         shard_plan(load_fabric(args.topology), args.shards)
     except ValueError as exc:
@@ -389,7 +402,7 @@ def emulate_up(args: argparse.Namespace) -> int:
             raise CliError("--qos: needs --scale (the queues share shaped links)")
         load_policy(args.qos, fabric)  # a bad policy fails (exit 2, line and field) before anything is built
     if args.dask is not None:
-        _check_dask(args, scale)
+        _check_dask(args)
     elif args.openflow_advertise is not None:
         raise CliError("--openflow-advertise: only with --dask (the workers dial the controller there)")
     sharded = args.shards > 1 or args.shard_cables == "patch" or args.dask is not None

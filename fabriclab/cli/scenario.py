@@ -15,7 +15,7 @@ from controller.sm.manager import policy_problem
 from controller.sm.policies import PolicyError, default_policies
 from emulation import calibrate as calibration
 from emulation import ccrun
-from emulation.runner import capacity_warnings, run_scenario
+from emulation.runner import capacity_warnings, cluster_refuses, run_scenario
 from emulation.shards import CROSSINGS
 from emulation.shards import plan as shard_plan
 from fabriclab.cli import results
@@ -25,7 +25,7 @@ from fabriclab.cli.common import (
     CliError,
     integer,
 )
-from fabriclab.cli.emulate import emulated
+from fabriclab.cli.emulate import dask_address, emulated
 from fabriclab.cli.policy import option_error
 from fabriclab.cli.progress import console_progress
 from fabriclab.cli.results import FORCE_HELP
@@ -49,6 +49,13 @@ def register(commands: Any) -> None:
                      help="switches on N ovs-vswitchd instances (docs/sharding.md)")  # fmt: skip
     run.add_argument("--crossing", choices=CROSSINGS, default="veth",
                      help="cables between shards: veth or VXLAN tunnels (default veth)")  # fmt: skip
+    run.add_argument("--dask", metavar="ADDRESS",
+                     help="place the --shards on the Dask workers started with --resources fabriclab-emu=1 "
+                     "(one machine each, VXLAN between them; each flow sent and received where its hosts "
+                     "are; docs/sharding.md), e.g. tcp://10.0.0.1:8786")  # fmt: skip
+    run.add_argument("--openflow-advertise", metavar="IP",
+                     help="with --dask: the address the workers reach the controller at (default: this "
+                     "machine's address towards the scheduler)")  # fmt: skip
     run.add_argument("--cc", choices=CC_CHOICES, help=CC_HELP)
     run.set_defaults(handler=scenario_run)
 
@@ -84,6 +91,20 @@ def _with_cc(scenario: Scenario, cc: str | None, shards: int = 1) -> Scenario:
     return scenario
 
 
+def _cluster(args: argparse.Namespace, scenario: Scenario) -> tuple[str, str | None] | None:
+    """`--dask` (and `--openflow-advertise`) checked: (scheduler, advertised address) or None."""
+    if args.dask is None:
+        if args.openflow_advertise is not None:
+            raise CliError("--openflow-advertise: only with --dask (the workers dial the controller there)")
+        return None
+    if args.crossing != "veth":
+        raise CliError("--crossing: not with --dask (cables between machines are VXLAN)")
+    refused = cluster_refuses(scenario)
+    if refused:
+        raise CliError(f"--dask: {refused}")
+    return dask_address(args.dask, args.openflow_advertise), args.openflow_advertise
+
+
 def scenario_check(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.file)
     flows = scenario.flows()
@@ -107,6 +128,7 @@ def scenario_run(args: argparse.Namespace) -> int:
             raise CliError(f"--shards: {exc}") from None
     elif args.crossing != "veth":
         raise CliError("--crossing: only with --shards 2 or more")
+    cluster = _cluster(args, scenario)
     output = args.output or _default_output(scenario)
     results.check(output, "scenario run", args.force)  # a folder that cannot be written fails now
     capacity = calibration.load(scenario.fabric.name)
@@ -119,7 +141,7 @@ def scenario_run(args: argparse.Namespace) -> int:
             console_progress() as progress,
         ):
             return run_scenario(scenario, folder, progress, capacity, shards=args.shards,
-                                crossing=args.crossing)  # fmt: skip
+                                crossing=args.crossing, cluster=cluster)  # fmt: skip
 
     summary = emulated(run, "controller not ready (its log is above)")
     if summary is None:
