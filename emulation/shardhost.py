@@ -13,7 +13,10 @@ The shards' daemons are children of the worker with a parent-death signal: a wor
 takes its switches with it (the controller sees them leave); its namespaces stay until `fabriclab emulate
 clean` runs on that machine (the run's record, written here, names them).  The all-pairs check runs where
 the hosts are: `mesh_open` opens a raw socket in each local host, `mesh_send` sends the frames of the pairs
-whose source is here, `mesh_received` says which pairs arrived here (`emulation.mesh` frames).
+whose source is here, `mesh_received` says which pairs arrived here (`emulation.mesh` frames).  So does a
+scenario's traffic (`scenario run --dask`): `fleet_*` run one probe fleet with this machine's sides of the
+UDP flows, `roce_*` the RoCE rank agents of this machine's hosts; `counters` and `read_drops` read the
+headroom and partition counters of this machine's part.
 """
 
 from __future__ import annotations
