@@ -37,11 +37,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from emulation import flows, mmsg
-from emulation.mesh import enter_netns, visiting_namespaces
+from emulation.mesh import Endpoint, enter_netns, visiting_namespaces
 from emulation.priority import prioritise_pid
 
 
@@ -80,6 +80,20 @@ def open_sockets(
             )  # fmt: skip
             senders.append(sender)
     return receivers, senders
+
+
+def place_sides(flows: list[dict[str, Any]], endpoints: Iterable[Endpoint]) -> list[dict[str, Any]]:
+    """`flows` (each naming `src_host` and `dst_host`) with the sides held by `endpoints` filled in:
+    `src_netns` and `src_intf` where the source is among them, `dst_netns` where the destination is, None
+    for a side elsewhere (another machine's fleet holds it)."""
+    ends = {ep.name: ep for ep in endpoints}
+    placed = []
+    for flow in flows:
+        src, dst = ends.get(flow["src_host"]), ends.get(flow["dst_host"])
+        placed.append({**flow, "src_netns": src.netns if src else None,
+                       "src_intf": src.interface if src else None,
+                       "dst_netns": dst.netns if dst else None})  # fmt: skip
+    return placed
 
 
 def pin_neighbour(ip: str, mac: str, intf: str) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 #: The loss a run may have and still count as clean (the calibration's criterion as well).
 CLEAN_LOSS = 0.001
@@ -193,6 +193,23 @@ def snapshot(
             for intf, drops in _qdisc_drops(tc_host, None).items():
                 counters.shaped_drops[f"{name}/{intf}"] = drops
     return counters
+
+
+class Counted(Protocol):
+    """A fabric whose counters `snapshot_of` reads (a `MininetFabric`, a sharded one, a machine's part)."""
+
+    def switch_interfaces(self) -> list[str]: ...
+
+    def headroom_hosts(self) -> list[HostNs]: ...
+
+    def switch_namespaces(self) -> list[HostNs]: ...
+
+    def xsk_dbs(self) -> list[str | None]: ...
+
+
+def snapshot_of(net: Counted) -> Counters:
+    """`snapshot` of every counter of `net`."""
+    return snapshot(net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces(), net.xsk_dbs())
 
 
 def _delta(before: Mapping[str, int], after: Mapping[str, int], keys: Iterable[str]) -> int:
@@ -382,5 +399,6 @@ __all__ = [
     "capacity_ratio",
     "modelled_delay_bound_ms",
     "snapshot",
+    "snapshot_of",
     "tx_buffer_fill",
 ]

@@ -31,7 +31,7 @@ from emulation.headroom import (
     capacity_ratio,
     modelled_delay_bound_ms,
     sender_late_bound_ms,
-    snapshot,
+    snapshot_of,
 )
 from emulation.mesh import check_all_pairs
 from emulation.mnfabric import MininetFabric
@@ -280,9 +280,7 @@ def _run_once(
 
 def _counters(net: MininetFabric | ClusterFabric) -> Counters:
     """The headroom counters of the whole fabric (of every machine's part)."""
-    if isinstance(net, ClusterFabric):
-        return net.counters()
-    return snapshot(net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces(), net.xsk_dbs())
+    return net.counters() if isinstance(net, ClusterFabric) else snapshot_of(net)
 
 
 def _read_drops(net: MininetFabric | ClusterFabric) -> isolation.Drops:
@@ -337,17 +335,14 @@ def _send_and_measure(
     # however long Python took to start.
     ip_of = {host: ip for (host, _), (_, ip) in sorted(net.addresses.items(), reverse=True)}
     mac_of = {host: mac for (host, _), (mac, _) in sorted(net.addresses.items(), reverse=True)}
-    # across machines each machine's fleet finds its own hosts' namespaces by name (`ShardHost`)
-    ends = {ep.name: ep for ep in net.endpoints()} if isinstance(net, MininetFabric) else {}
-    netns = {name: ep.netns for name, ep in ends.items()}
     denied = _denied(scenario, flows)
-    plan = [{"src_host": flow.src, "dst_host": flow.dst, "src_netns": netns.get(flow.src),
-             "dst_netns": netns.get(flow.dst), "dst": ip_of[flow.dst],
-             "src_intf": ends[flow.src].interface if flow.src in ends else None,
+    plan = [{"src_host": flow.src, "dst_host": flow.dst, "dst": ip_of[flow.dst],
              "neighbour": mac_of[flow.dst] if flow.name in denied else None,
              "port": BASE_PORT + i, "rate_pps": flow.rate_pps, "size": flow.size_bytes, "sport": flow.sport,
              "spray": flow.spray, "dscp": flow.dscp, "start_s": flow.start_s, "duration_s": flow.duration_s}
             for i, flow in enumerate(flows)]  # fmt: skip
+    if isinstance(net, MininetFabric):  # across machines each machine's fleet places its own (`ShardHost`)
+        plan = fleet.place_sides(plan, net.endpoints())
     spec_ = {"flows": plan, "seconds": total, "bucket_s": 0.1, "grace_s": 1.0}
     with net.fleet(spec_) if isinstance(net, ClusterFabric) else fleet.local(spec_) as probes:
         faults = sorted(spec.faults, key=lambda f: f.at_s)

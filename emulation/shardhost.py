@@ -37,7 +37,7 @@ from typing import Any
 
 from emulation import fleet, isolation, runfile
 from emulation.agents import LocalAgents
-from emulation.headroom import Counters, snapshot
+from emulation.headroom import Counters, snapshot_of
 from emulation.mesh import arrivals, open_sockets, probe_frame
 from emulation.sharded import ShardedFabric
 from topologies.model import Fabric
@@ -281,11 +281,7 @@ class ShardHost:
         if self.net is None:
             raise RuntimeError("nothing built here")
         self.fleet_stop()
-        ends = {ep.name: ep for ep in self.net.endpoints()}
-        flows = [{**f, "src_netns": ends[f["src_host"]].netns if f["src_host"] in ends else None,
-                  "src_intf": ends[f["src_host"]].interface if f["src_host"] in ends else None,
-                  "dst_netns": ends[f["dst_host"]].netns if f["dst_host"] in ends else None}
-                 for f in spec["flows"]]  # fmt: skip
+        flows = fleet.place_sides(spec["flows"], self.net.endpoints())
         sides = sum((f["src_netns"] is not None) + (f["dst_netns"] is not None) for f in flows)
         if sides:
             self._fleet = fleet.launch({**spec, "flows": flows})
@@ -340,8 +336,7 @@ class ShardHost:
         """The headroom counters of this machine's part (`headroom.snapshot`)."""
         if self.net is None:
             raise RuntimeError("nothing built here")
-        net = self.net
-        return snapshot(net.switch_interfaces(), net.headroom_hosts(), net.switch_namespaces(), net.xsk_dbs())
+        return snapshot_of(self.net)
 
     def read_drops(self) -> isolation.Drops:
         """The partition layer's drop counters on this machine's switches (`isolation.read_drops`)."""
